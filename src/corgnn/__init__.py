@@ -1,0 +1,11 @@
+"""corgnn: fast GCN/GAT training by cached operator reordering.
+
+Paper: "Cached Operator Reordering: A Unified View for Fast GNN Training".
+"""
+
+from . import cost, nn, sparse
+from .graph import Graph
+from .interop import optimize
+
+__version__ = "0.1.0"
+__all__ = ["Graph", "optimize", "nn", "sparse", "cost", "__version__"]

@@ -1,0 +1,92 @@
+"""Input validation shared by every public entry point.
+
+Every check raises a ``ValueError`` or ``TypeError`` that names the offending
+argument and says what was expected, *before* any computation starts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "check_edge_index",
+    "check_edge_weight",
+    "check_features",
+    "check_finite",
+]
+
+
+def check_finite(name: str, t: torch.Tensor) -> None:
+    """Raise ``ValueError`` if floating tensor ``t`` holds NaN or Inf."""
+    if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"{name} contains {bad} NaN/Inf value(s); clean the input first")
+
+
+def check_edge_index(edge_index, num_nodes: int | None) -> int:
+    """Validate a PyG ``edge_index`` and return the node count.
+
+    Args:
+        edge_index: ``(2, q)`` integer tensor, row 0 = source, row 1 = target.
+        num_nodes: number of nodes, or ``None`` to infer ``max(edge_index) + 1``.
+
+    Raises:
+        TypeError: not a tensor, or not an integer dtype.
+        ValueError: wrong shape, negative ids, ids ``>= num_nodes``.
+    """
+    if not isinstance(edge_index, torch.Tensor):
+        raise TypeError(f"edge_index must be a torch.Tensor of shape (2, q), got {type(edge_index).__name__}")
+    if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
+        raise TypeError(f"edge_index must have an integer dtype (torch.int64), got {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must have shape (2, q), got {tuple(edge_index.shape)}")
+    q = edge_index.size(1)
+    if num_nodes is not None:
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
+            raise ValueError(f"num_nodes must be a non-negative int, got {num_nodes!r}")
+    if q:
+        lo = int(edge_index.min())
+        hi = int(edge_index.max())
+        if lo < 0:
+            raise ValueError(f"edge_index holds a negative node id ({lo}); node ids must be in [0, num_nodes)")
+        if num_nodes is None:
+            num_nodes = hi + 1
+        elif hi >= num_nodes:
+            raise ValueError(
+                f"edge_index holds node id {hi} but num_nodes={num_nodes}; ids must be in [0, num_nodes)"
+            )
+    elif num_nodes is None:
+        num_nodes = 0
+    if num_nodes >= 2**31 - 1:
+        raise ValueError(f"num_nodes={num_nodes} is too large (at most 2**31 - 2 supported)")
+    return num_nodes
+
+
+def check_edge_weight(edge_weight, num_edges: int) -> None:
+    """Validate an optional ``(q,)`` floating edge weight vector."""
+    if edge_weight is None:
+        return
+    if not isinstance(edge_weight, torch.Tensor):
+        raise TypeError(f"edge_weight must be a torch.Tensor of shape ({num_edges},), got {type(edge_weight).__name__}")
+    if not edge_weight.is_floating_point():
+        raise TypeError(f"edge_weight must be a floating tensor, got {edge_weight.dtype}")
+    if edge_weight.dim() != 1 or edge_weight.numel() != num_edges:
+        raise ValueError(
+            f"edge_weight must have shape ({num_edges},) (one weight per edge), got {tuple(edge_weight.shape)}"
+        )
+    check_finite("edge_weight", edge_weight)
+
+
+def check_features(name: str, x, num_nodes: int, channels: int | None = None) -> None:
+    """Validate node features ``x``: ``(num_nodes, channels)`` floating and finite."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape (num_nodes, channels), got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor (float32 or float64), got {x.dtype}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (num_nodes, channels), got shape {tuple(x.shape)}")
+    if x.size(0) != num_nodes:
+        raise ValueError(f"{name} has {x.size(0)} rows but the graph has {num_nodes} nodes")
+    if channels is not None and x.size(1) != channels:
+        raise ValueError(f"{name} has {x.size(1)} columns but the layer expects in_channels={channels}")
+    check_finite(name, x)

@@ -1,0 +1,262 @@
+"""GCN scheme plan: FLOPs, bytes moved and transient memory of every scheme.
+
+Paper §"Analysis of the GCN Computational Graph", Tables 1-2 and appendix "No memory
+overhead with GCN caching". The layer computes ``X' = A' X Θ + b`` with ``A'`` sparse
+``(n, n)`` with ``q`` stored entries, ``X (n, m)``, ``Θ (m, k)``.
+
+Schemes (forward / backward / cache):
+
+============================  =========================  ==============================
+scheme                        forward                    backward (grad of Θ; of X if needed)
+============================  =========================  ==============================
+transform-first+fused         SpMM(A', XΘ)   [k cols]    P = A'^T G [k]; dΘ = X^T P; dX = P Θ^T
+transform-first+split         SpMM(A', XΘ)   [k]         dΘ = (A'X)^T G [recompute, m]; dX = A'^T (G Θ^T) [m]
+propagate-first+fused         (A'X) Θ        [m]         as transform-first+fused
+propagate-first+split         (A'X) Θ        [m]         as transform-first+split (recomputes A'X)
+propagate-first+split+cache   (A'X) Θ, keeps A'X [m]     dΘ = (A'X)^T G [no SpMM]; dX = A'^T (G Θ^T) [m]
+============================  =========================  ==============================
+
+All schemes run GEMMs of the same shapes; they differ in how many SpMMs run and on
+how many columns. The plan estimates time as ``FLOPs / flop_rate + bytes /
+bandwidth`` per kernel (SpMM is memory-bound, paper Table 6) and picks the cheapest,
+breaking ties towards less transient memory. Its decisions reproduce the usage
+conditions of Tables 1-2 (``k < m``, ``k < 2m``, ``k < m/2``): see ``tests/test_cost.py``.
+
+The cache costs no memory (appendix): the cached scheme keeps ``A'X (n, m)`` for
+backward *instead of* ``X (n, m)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["GCNScheme", "GCN_SCHEMES", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel"]
+
+
+@dataclass(frozen=True)
+class GCNScheme:
+    """One way of running a GCN layer: forward order, backward order, caching."""
+
+    forward: str  # "transform-first" | "propagate-first"
+    backward: str  # "fused-propagate" | "split-propagate"
+    cache: bool = False  # keep A'X from a propagate-first forward for backward
+
+    def __post_init__(self):
+        if self.forward not in ("transform-first", "propagate-first"):
+            raise ValueError(f"forward must be 'transform-first' or 'propagate-first', got {self.forward!r}")
+        if self.backward not in ("fused-propagate", "split-propagate"):
+            raise ValueError(f"backward must be 'fused-propagate' or 'split-propagate', got {self.backward!r}")
+        if self.cache and (self.forward, self.backward) != ("propagate-first", "split-propagate"):
+            raise ValueError("caching A'X needs the propagate-first forward and split-propagate backward")
+
+    @property
+    def name(self) -> str:
+        return f"{self.forward}+{self.backward.split('-')[0]}" + ("+cache" if self.cache else "")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+GCN_SCHEMES: tuple[GCNScheme, ...] = (
+    GCNScheme("transform-first", "fused-propagate"),
+    GCNScheme("transform-first", "split-propagate"),
+    GCNScheme("propagate-first", "fused-propagate"),
+    GCNScheme("propagate-first", "split-propagate"),
+    GCNScheme("propagate-first", "split-propagate", cache=True),
+)
+_BY_NAME = {s.name: s for s in GCN_SCHEMES}
+_ALIASES = {"tf": "transform-first+fused", "pf": "propagate-first+split+cache", "cached": "propagate-first+split+cache", "pyg": "transform-first+fused"}
+
+
+def parse_scheme(scheme: "str | GCNScheme") -> GCNScheme:
+    """A :class:`GCNScheme` from its name (``"transform-first+fused"``, ...) or alias.
+
+    Raises:
+        ValueError: unknown name; the message lists the valid ones.
+    """
+    if isinstance(scheme, GCNScheme):
+        return scheme
+    s = _ALIASES.get(scheme, scheme)
+    if s not in _BY_NAME:
+        raise ValueError(f"unknown GCN scheme {scheme!r}; choose 'auto' or one of {sorted(_BY_NAME)} (aliases {sorted(_ALIASES)})")
+    return _BY_NAME[s]
+
+
+@dataclass(frozen=True)
+class MachineModel:
+    """Rates used to turn FLOPs and bytes into an estimated time (seconds).
+
+    Only ratios matter for the choice; defaults are typical of one CPU socket
+    (a GEMM-bound rate and a stream bandwidth). ``index_bytes`` / ``value_bytes``
+    are the sizes of a stored index and a value.
+    """
+
+    flop_rate: float = 100e9
+    bandwidth: float = 10e9
+    value_bytes: int = 4
+    index_bytes: int = 8
+
+
+@dataclass(frozen=True)
+class SchemeCost:
+    """Costs of one scheme for one layer call."""
+
+    scheme: GCNScheme
+    flops: int
+    bytes: int
+    spmm_columns: tuple[int, ...]  # columns of each SpMM run (forward then backward)
+    transient_forward: int  # values alive in the forward beyond inputs/outputs
+    saved: int  # values kept for the backward pass
+    transient_backward: int  # values allocated in backward beyond the gradients returned
+    time_s: float
+
+    def row(self) -> dict:
+        return {
+            "scheme": self.scheme.name,
+            "SpMMs (cols)": " + ".join(map(str, self.spmm_columns)) or "-",
+            "GFLOP": self.flops / 1e9,
+            "MB moved": self.bytes / 1e6,
+            "saved (values)": self.saved,
+            "transient fwd;bwd": f"{self.transient_forward};{self.transient_backward}",
+            "est. ms": self.time_s * 1e3,
+        }
+
+
+@dataclass(frozen=True)
+class GCNPlan:
+    """The choice for one layer call, with every candidate's cost and the reason."""
+
+    scheme: GCNScheme
+    costs: tuple[SchemeCost, ...]
+    reason: str
+    n: int
+    q: int
+    m: int
+    k: int
+    input_grad: bool
+    training: bool = True
+    forced: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def table(self) -> str:
+        """Human-readable table of every scheme's cost and the choice."""
+        rows = [c.row() for c in self.costs]
+        head = list(rows[0])
+        widths = [max(len(h), *(len(_fmt(r[h])) for r in rows)) for h in head]
+        lines = [
+            f"GCN layer n={self.n} q={self.q} m={self.m} k={self.k} "
+            f"input grad={'yes' if self.input_grad else 'no'}{'' if self.training else ' (inference)'}",
+            "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  choice",
+        ]
+        for c, r in zip(self.costs, rows):
+            mark = "  <==" if c.scheme == self.scheme else ""
+            lines.append("  ".join(_fmt(r[h]).ljust(w) for h, w in zip(head, widths)) + mark)
+        lines.append(f"choice: {self.scheme.name} ({self.reason})")
+        return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _spmm_cost(q: int, n_out: int, n_in: int, cols: int, mm: MachineModel) -> tuple[int, int]:
+    """(flops, bytes) of one SpMM: CSR arrays, gathered operand and output (paper Table 6)."""
+    flops = 2 * q * cols
+    nbytes = q * (mm.index_bytes + mm.value_bytes) + (n_out + 1) * mm.index_bytes + (n_in + n_out) * cols * mm.value_bytes
+    return flops, nbytes
+
+
+def _gemm_cost(a: int, b: int, c: int, mm: MachineModel) -> tuple[int, int]:
+    return 2 * a * b * c, (a * b + b * c + a * c) * mm.value_bytes
+
+
+def scheme_cost(s: GCNScheme, n: int, q: int, m: int, k: int, input_grad: bool, training: bool = True, mm: MachineModel = MachineModel()) -> SchemeCost:
+    """FLOPs, bytes, transient values and estimated time of scheme ``s``."""
+    ops: list[tuple[str, tuple[int, int]]] = []
+    spmm_cols: list[int] = []
+
+    def spmm(cols):
+        spmm_cols.append(cols)
+        ops.append(("spmm", _spmm_cost(q, n, n, cols, mm)))
+
+    gemm = lambda a, b, c: ops.append(("gemm", _gemm_cost(a, b, c, mm)))  # noqa: E731
+
+    # forward
+    if s.forward == "transform-first":
+        gemm(n, m, k)
+        spmm(k)
+        t_fwd = n * k
+    else:
+        spmm(m)
+        gemm(n, m, k)
+        t_fwd = n * m
+    saved = n * m if training else 0  # X, or A'X in its place when cached
+    t_bwd = 0
+    if training:
+        ops.append(("bias", (n * k, n * k * mm.value_bytes)))
+        if s.backward == "fused-propagate":
+            spmm(k)  # P = A'^T G
+            gemm(m, n, k)  # dΘ = X^T P
+            if input_grad:
+                gemm(n, k, m)  # dX = P Θ^T
+            t_bwd = n * k
+        else:
+            if not s.cache:
+                spmm(m)  # recompute A'X
+                t_bwd += n * m
+            gemm(m, n, k)  # dΘ = (A'X)^T G
+            if input_grad:
+                gemm(n, k, m)  # G Θ^T
+                spmm(m)  # dX = A'^T (G Θ^T)
+                t_bwd += n * m
+    flops = sum(c[0] for _, c in ops)
+    nbytes = sum(c[1] for _, c in ops)
+    time_s = sum(f / mm.flop_rate + b / mm.bandwidth for _, (f, b) in ops)
+    return SchemeCost(s, flops, nbytes, tuple(spmm_cols), t_fwd, saved, t_bwd, time_s)
+
+
+def plan_gcn(
+    n: int,
+    q: int,
+    m: int,
+    k: int,
+    input_grad: bool,
+    *,
+    training: bool = True,
+    scheme: "str | GCNScheme" = "auto",
+    machine: MachineModel = MachineModel(),
+) -> GCNPlan:
+    """Choose the GCN scheme for one call.
+
+    Args:
+        n: nodes; q: stored entries of ``A'`` (self-loops included); m: input
+            features; k: output features.
+        input_grad: whether ``dL/dX`` is needed (False for a network's first layer).
+        training: False when no backward pass will run (only the forward counts).
+        scheme: ``"auto"`` or a scheme name to force (the costs are still reported).
+
+    Returns:
+        :class:`GCNPlan` with the chosen scheme, every scheme's cost and the reason.
+
+    Raises:
+        ValueError: negative sizes or an unknown scheme name.
+    """
+    for name, v in (("n", n), ("q", q), ("m", m), ("k", k)):
+        if v < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    costs = tuple(scheme_cost(s, n, q, m, k, input_grad, training, machine) for s in GCN_SCHEMES)
+    if scheme != "auto":
+        chosen = parse_scheme(scheme)
+        return GCNPlan(chosen, costs, "forced by the caller", n, q, m, k, input_grad, training, forced=True)
+    best = min(costs, key=lambda c: (round(c.time_s, 12), c.transient_forward + c.transient_backward, len(c.spmm_columns)))
+    if not training:
+        reason = f"inference: SpMM on {'k' if best.scheme.forward == 'transform-first' else 'm'} columns (k={k}, m={m})"
+    else:
+        tf = next(c for c in costs if c.scheme == GCN_SCHEMES[0])
+        cached = next(c for c in costs if c.scheme.cache)
+        cond = "k < m" if input_grad else "k < m/2"
+        reason = (
+            f"est. {best.time_s * 1e3:.3g} ms; transform-first+fused {tf.time_s * 1e3:.3g} ms vs "
+            f"propagate-first+split+cache {cached.time_s * 1e3:.3g} ms (Table 2: transform-first when {cond})"
+        )
+    return GCNPlan(best.scheme, costs, reason, n, q, m, k, input_grad, training)

@@ -1,0 +1,6 @@
+"""Sparse layer: formats (COO, CSR, CSC, ELL, hybrid) and their SpMM/SDDMM kernels."""
+
+from .formats import COO, CSC, CSR, FORMAT_NAMES, SparseFormat, convert
+from .ops import edge_softmax, sddmm, spmm
+
+__all__ = ["SparseFormat", "COO", "CSR", "CSC", "FORMAT_NAMES", "convert", "spmm", "sddmm", "edge_softmax"]
