@@ -1,0 +1,1 @@
+"""Benchmark suite against PyTorch Geometric (``corgnn bench``)."""

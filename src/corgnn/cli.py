@@ -1,0 +1,42 @@
+"""The ``corgnn`` command: ``train``, ``explain``, ``bench``.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``; this file only wires them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "train": ("corgnn.train", "train a 2-layer GCN (or GAT) on a real Planetoid dataset"),
+    "explain": ("corgnn.explain", "print the cost tables and scheme choices for sizes or a dataset"),
+    "bench": ("corgnn.bench.cli", "benchmarks against PyTorch Geometric"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="corgnn", description="Fast GCN/GAT training by cached operator reordering.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (mod, help_) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        module = importlib.import_module(mod)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as e:  # user errors: message, no traceback
+        print(f"corgnn {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
