@@ -1,13 +1,26 @@
-"""``corgnn bench EXPERIMENT``: benchmark experiments (filled in by the bench suite)."""
+"""``corgnn bench EXPERIMENT [options]``: benchmark experiments against PyG.
+
+Each experiment is a module exposing ``add_arguments(parser)`` and ``run(args) -> int``,
+listed in :data:`EXPERIMENTS` (name -> (module, one-line help)).
+"""
 
 from __future__ import annotations
 
-EXPERIMENTS: dict = {}
+import importlib
+
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "spmm": ("corgnn.bench.spmm", "SpMM/SDDMM of every sparse format vs torch.sparse and PyG scatter"),
+}
 
 
 def add_arguments(p) -> None:
-    p.add_argument("experiment", help="experiment name")
+    sub = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
+    for name, (mod, help_) in EXPERIMENTS.items():
+        sp = sub.add_parser(name, help=help_, description=help_)
+        module = importlib.import_module(mod)
+        module.add_arguments(sp)
+        sp.set_defaults(_experiment=module.run)
 
 
 def run(args) -> int:
-    raise ValueError(f"unknown experiment {args.experiment!r}; available: {sorted(EXPERIMENTS) or 'none yet'}")
+    return int(args._experiment(args) or 0)
