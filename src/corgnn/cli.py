@@ -17,19 +17,24 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Parser of the ``corgnn`` command; only ``command``'s module is imported
+    (so one subcommand's dependencies never break another's)."""
     parser = argparse.ArgumentParser(prog="corgnn", description="Fast GCN/GAT training by cached operator reordering.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (mod, help_) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
-        module = importlib.import_module(mod)
-        module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        if name == command:
+            module = importlib.import_module(mod)
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command if command in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)

@@ -1,0 +1,82 @@
+"""The plan's decisions reproduce the usage conditions of the paper's Tables 1-2."""
+
+import pytest
+
+from corgnn.cost import GCN_SCHEMES, plan_gcn
+from corgnn.cost.gcn import GCNScheme, parse_scheme, scheme_cost
+
+ARXIV = dict(n=169343, q=1166243 + 169343)
+CORA = dict(n=2708, q=13264)
+UNCACHED = tuple(s for s in GCN_SCHEMES if not s.cache)
+SIZES = [8, 16, 32, 64, 128, 256, 512, 1024]
+
+
+def cases(ratio_lo, ratio_hi):
+    """(m, k) pairs with k/m clearly below ratio_lo or clearly above ratio_hi."""
+    for m in (16, 128, 500, 1433):
+        for k in SIZES:
+            if k <= 0.7 * ratio_lo * m:
+                yield m, k, "low"
+            elif k >= 1.4 * ratio_hi * m:
+                yield m, k, "high"
+
+
+@pytest.mark.parametrize("graph", [ARXIV, CORA])
+@pytest.mark.parametrize("input_grad,threshold", [(True, 1.0), (False, 0.5)])
+def test_table2_cached_schemes(graph, input_grad, threshold):
+    """Table 2: transform-first+fused when k < m (with input grad) or k < m/2 (without);
+    propagate-first + split-propagate with caching otherwise."""
+    pairs = list(cases(threshold, threshold))
+    assert pairs
+    for m, k, side in pairs:
+        plan = plan_gcn(graph["n"], graph["q"], m, k, input_grad)
+        if side == "low":
+            assert plan.scheme == GCN_SCHEMES[0], (m, k, plan.scheme)
+        else:
+            assert plan.scheme.cache, (m, k, plan.scheme)
+
+
+@pytest.mark.parametrize("input_grad,bwd_threshold", [(True, 2.0), (False, 1.0)])
+def test_table1_uncached_schemes(input_grad, bwd_threshold):
+    """Table 1: forward transform-first iff k < m; backward fused-propagate iff
+    k < 2m (with input grad) or k < m (without)."""
+    g = ARXIV
+    for m, k, side in cases(1.0, 1.0):
+        plan = plan_gcn(g["n"], g["q"], m, k, input_grad, candidates=UNCACHED)
+        assert plan.scheme.forward == ("transform-first" if side == "low" else "propagate-first"), (m, k)
+    for m, k, side in cases(bwd_threshold, bwd_threshold):
+        plan = plan_gcn(g["n"], g["q"], m, k, input_grad, candidates=UNCACHED)
+        assert plan.scheme.backward == ("fused-propagate" if side == "low" else "split-propagate"), (m, k)
+
+
+def test_caching_costs_no_memory_and_saves_a_spmm():
+    n, q, m, k = 1000, 8000, 64, 256
+    plain = scheme_cost(parse_scheme("propagate-first+split"), n, q, m, k, input_grad=False)
+    cached = scheme_cost(parse_scheme("propagate-first+split+cache"), n, q, m, k, input_grad=False)
+    assert plain.saved == cached.saved == n * m
+    assert len(cached.spmm_columns) == len(plain.spmm_columns) - 1
+    assert cached.flops < plain.flops and cached.bytes < plain.bytes
+    assert cached.transient_backward == 0  # Table 2: "nm; 0" without feature gradient
+
+
+def test_transients_match_table_2():
+    n, q, m, k = 1000, 8000, 64, 32
+    tf = scheme_cost(GCN_SCHEMES[0], n, q, m, k, input_grad=True)
+    pf = scheme_cost(parse_scheme("propagate-first+split+cache"), n, q, m, k, input_grad=True)
+    assert (tf.transient_forward, tf.transient_backward) == (n * k, n * k)
+    assert (pf.transient_forward, pf.transient_backward) == (n * m, n * m)
+    assert tf.spmm_columns == (k, k) and pf.spmm_columns == (m, m)
+
+
+def test_forced_and_inference_and_errors():
+    plan = plan_gcn(100, 500, 8, 64, True, scheme="transform-first+split")
+    assert plan.forced and plan.scheme.name == "transform-first+split"
+    inf = plan_gcn(100, 500, 8, 64, False, training=False)
+    assert inf.scheme.forward == "propagate-first" and "inference" in inf.reason
+    assert "<==" in plan.table() and "choice:" in plan.table()
+    with pytest.raises(ValueError, match="unknown GCN scheme"):
+        parse_scheme("nope")
+    with pytest.raises(ValueError, match="caching"):
+        GCNScheme("transform-first", "fused-propagate", cache=True)
+    with pytest.raises(ValueError, match="n must be"):
+        plan_gcn(-1, 0, 1, 1, True)
