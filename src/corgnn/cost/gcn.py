@@ -28,7 +28,7 @@ backward *instead of* ``X (n, m)``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["GCNScheme", "GCN_SCHEMES", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel"]
 
@@ -136,7 +136,7 @@ class GCNPlan:
     input_grad: bool
     training: bool = True
     forced: bool = False
-    extra: dict = field(default_factory=dict)
+    x_nnz: int | None = None
 
     def table(self) -> str:
         """Human-readable table of every scheme's cost and the choice."""
@@ -145,7 +145,8 @@ class GCNPlan:
         widths = [max(len(h), *(len(_fmt(r[h])) for r in rows)) for h in head]
         lines = [
             f"GCN layer n={self.n} q={self.q} m={self.m} k={self.k} "
-            f"input grad={'yes' if self.input_grad else 'no'}{'' if self.training else ' (inference)'}",
+            f"input grad={'yes' if self.input_grad else 'no'}{'' if self.training else ' (inference)'}"
+            + (f" sparse X nnz={self.x_nnz}" if self.x_nnz is not None else ""),
             "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  choice",
         ]
         for c, r in zip(self.costs, rows):
@@ -170,8 +171,15 @@ def _gemm_cost(a: int, b: int, c: int, mm: MachineModel) -> tuple[int, int]:
     return 2 * a * b * c, (a * b + b * c + a * c) * mm.value_bytes
 
 
-def scheme_cost(s: GCNScheme, n: int, q: int, m: int, k: int, input_grad: bool, training: bool = True, mm: MachineModel = MachineModel()) -> SchemeCost:
-    """FLOPs, bytes, transient values and estimated time of scheme ``s``."""
+def scheme_cost(
+    s: GCNScheme, n: int, q: int, m: int, k: int, input_grad: bool, training: bool = True, mm: MachineModel = MachineModel(), x_nnz: int | None = None
+) -> SchemeCost:
+    """FLOPs, bytes, transient values and estimated time of scheme ``s``.
+
+    ``x_nnz``: non-zeros of sparse input features; the products that read ``X``
+    directly (``XΘ`` forward, ``X^T P`` fused backward) then cost SpMMs over them.
+    """
+
     ops: list[tuple[str, tuple[int, int]]] = []
     spmm_cols: list[int] = []
 
@@ -182,8 +190,14 @@ def scheme_cost(s: GCNScheme, n: int, q: int, m: int, k: int, input_grad: bool, 
     gemm = lambda a, b, c: ops.append(("gemm", _gemm_cost(a, b, c, mm)))  # noqa: E731
 
     # forward
+    def x_theta():  # X Θ, or the forward SpMM over sparse X's non-zeros
+        ops.append(("gemm", _gemm_cost(n, m, k, mm)) if x_nnz is None else ("spmm", _spmm_cost(x_nnz, n, m, k, mm)))
+
+    def xt_p():  # X^T P, or the transposed SpMM over sparse X's non-zeros
+        ops.append(("gemm", _gemm_cost(m, n, k, mm)) if x_nnz is None else ("spmm", _spmm_cost(x_nnz, m, n, k, mm)))
+
     if s.forward == "transform-first":
-        gemm(n, m, k)
+        x_theta()
         spmm(k)
         t_fwd = n * k
     else:
@@ -196,7 +210,7 @@ def scheme_cost(s: GCNScheme, n: int, q: int, m: int, k: int, input_grad: bool, 
         ops.append(("bias", (n * k, n * k * mm.value_bytes)))
         if s.backward == "fused-propagate":
             spmm(k)  # P = A'^T G
-            gemm(m, n, k)  # dΘ = X^T P
+            xt_p()  # dΘ = X^T P
             if input_grad:
                 gemm(n, k, m)  # dX = P Θ^T
             t_bwd = n * k
@@ -226,6 +240,7 @@ def plan_gcn(
     scheme: "str | GCNScheme" = "auto",
     machine: MachineModel = MachineModel(),
     candidates: tuple[GCNScheme, ...] = GCN_SCHEMES,
+    x_nnz: int | None = None,
 ) -> GCNPlan:
     """Choose the GCN scheme for one call.
 
@@ -238,6 +253,8 @@ def plan_gcn(
         machine: rates turning FLOPs and bytes into time.
         candidates: schemes ``"auto"`` may pick from (e.g. the uncached ones, to
             reproduce Table 1).
+        x_nnz: non-zeros of the input features when they are used as a sparse
+            matrix (see :class:`corgnn.nn.GCNConv`); None for dense features.
 
     Returns:
         :class:`GCNPlan` with the chosen scheme, every scheme's cost and the reason.
@@ -248,12 +265,12 @@ def plan_gcn(
     for name, v in (("n", n), ("q", q), ("m", m), ("k", k)):
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
-    costs = tuple(scheme_cost(s, n, q, m, k, input_grad, training, machine) for s in candidates)
+    costs = tuple(scheme_cost(s, n, q, m, k, input_grad, training, machine, x_nnz) for s in candidates)
     if not costs:
         raise ValueError("candidates must name at least one scheme")
     if scheme != "auto":
         chosen = parse_scheme(scheme)
-        return GCNPlan(chosen, costs, "forced by the caller", n, q, m, k, input_grad, training, forced=True)
+        return GCNPlan(chosen, costs, "forced by the caller", n, q, m, k, input_grad, training, forced=True, x_nnz=x_nnz)
     best = min(costs, key=lambda c: (round(c.time_s, 12), c.transient_forward + c.transient_backward, len(c.spmm_columns)))
     if not training:
         reason = f"inference: SpMM on {'k' if best.scheme.forward == 'transform-first' else 'm'} columns (k={k}, m={m})"
@@ -264,4 +281,4 @@ def plan_gcn(
             f"est. {best.time_s * 1e3:.3g} ms vs {runner_up.time_s * 1e3:.3g} ms for {runner_up.scheme.name} "
             f"(Table 2: transform-first+fused when {cond}, else propagate-first+split+cache)"
         )
-    return GCNPlan(best.scheme, costs, reason, n, q, m, k, input_grad, training)
+    return GCNPlan(best.scheme, costs, reason, n, q, m, k, input_grad, training, x_nnz=x_nnz)

@@ -33,14 +33,23 @@ class GCNFunction(torch.autograd.Function):
 
     ``A'^T`` is never built: backward SpMMs use ``spmm(A, ., transpose=True)``, which
     walks the adjacency's cached CSC dual.
+
+    Sparse input features: ``xs`` (a sparse ``(n, m)`` format with the values of
+    ``X``, e.g. Planetoid's bag-of-words at ~1 % density) replaces the two dense
+    GEMMs that read ``X`` (``X Θ`` forward, ``X^T P`` backward) by SpMMs over its
+    non-zeros; ``x`` may then be ``None`` (no gradient for ``X``), which needs the
+    transform-first+fused scheme (``A'X`` would be a sparse-sparse product).
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat, scheme: GCNScheme):
+    def forward(ctx, x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat, scheme: GCNScheme, xs: SparseFormat | None = None):
+        if x is None and (xs is None or (scheme.forward, scheme.backward) != ("transform-first", "fused-propagate")):
+            raise ValueError("sparse-only features need the transform-first+fused scheme")
         # NOTE: A'(XΘ) == (A'X)Θ by associativity; transform-first runs the SpMM on
         # k columns, propagate-first on m columns (paper Table 1).
         if scheme.forward == "transform-first":
-            out = spmm(A, torch.mm(x, weight.t()))
+            y = spmm(xs, weight.t()) if xs is not None else torch.mm(x, weight.t())
+            out = spmm(A, y)
             if bias is not None:
                 out += bias
             ax = None
@@ -48,10 +57,12 @@ class GCNFunction(torch.autograd.Function):
             ax = spmm(A, x)
             out = torch.addmm(bias, ax, weight.t()) if bias is not None else torch.mm(ax, weight.t())
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        ctx.A, ctx.scheme, ctx.has_bias = A, scheme, bias is not None
+        ctx.A, ctx.scheme, ctx.xs = A, scheme, None
         keep_feat = None
         if need_w:
             keep_feat = ax if scheme.cache else x
+            if xs is not None and scheme.backward == "fused-propagate":
+                ctx.xs, keep_feat = xs, None  # the sparse X serves dΘ = X^T P
         ctx.save_for_backward(keep_feat, weight if need_x else None)
         return out
 
@@ -69,7 +80,9 @@ class GCNFunction(torch.autograd.Function):
                 # NOTE: one SpMM on k columns serves both gradients: P = A'^T G.
                 p = spmm(A, grad_out, transpose=True)
                 if need_w:
-                    gw = torch.mm(p.t(), feat)
+                    # NOTE: dweight = P^T X = (X^T P)^T; with sparse X that is a
+                    # transposed SpMM over X's non-zeros instead of a dense GEMM.
+                    gw = spmm(ctx.xs, p, transpose=True).t() if ctx.xs is not None else torch.mm(p.t(), feat)
                 if need_x:
                     gx = torch.mm(p, weight)
         else:
@@ -79,13 +92,14 @@ class GCNFunction(torch.autograd.Function):
                 gw = torch.mm(grad_out.t(), ax)
             if need_x:
                 gx = spmm(A, torch.mm(grad_out, weight), transpose=True)
-        return gx, gw, gb, None, None
+        return gx, gw, gb, None, None, None
 
 
-def gcn_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat, scheme: GCNScheme) -> torch.Tensor:
+def gcn_conv(x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat, scheme: GCNScheme, xs: SparseFormat | None = None) -> torch.Tensor:
     """Functional GCN layer ``A' x weight^T + bias`` under ``scheme`` (no validation).
 
-    Shapes: ``x (n, m)``, ``weight (k, m)``, ``bias (k,)`` or None, ``A (n, n)``
-    -> ``(n, k)``. Use :class:`corgnn.nn.GCNConv` for the validated, planned layer.
+    Shapes: ``x (n, m)`` (or None with sparse ``xs (n, m)``), ``weight (k, m)``,
+    ``bias (k,)`` or None, ``A (n, n)`` -> ``(n, k)``. Use :class:`corgnn.nn.GCNConv`
+    for the validated, planned layer.
     """
-    return GCNFunction.apply(x, weight, bias, A, scheme)
+    return GCNFunction.apply(x, weight, bias, A, scheme, xs)
