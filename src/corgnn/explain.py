@@ -3,13 +3,22 @@
 Either explicit sizes (``--n --q --m --k [--input-grad]``) for one GCN layer, or a
 dataset (``--dataset Cora --hidden 16``) for both layers of the 2-layer GCN, each
 with its own m, k and input-gradient need (the first layer needs none).
+
+With a dataset (or ``--max-degree`` beside explicit sizes) it also prints the I/O
+model of SpMM and SDDMM in every sparse format at ``--f`` columns (paper Tables 6-7,
+:mod:`corgnn.cost.io`) and the format ``format="auto"`` picks. Cora and CiteSeer
+are read from disk; other Table 5 names use the real files when present, else the
+seeded synthetic stand-in, labelled "(synthetic)". ``--adjacency raw`` models the
+input edges as the paper's tables do (Cora: n=2708, q=10556, p=168) instead of the
+GCN adjacency with self-loops.
 """
 
 from __future__ import annotations
 
 from .cost.gcn import plan_gcn
+from .cost.io import IO_FORMATS, MatrixStats, choose_format
 
-__all__ = ["add_arguments", "run", "explain_gcn"]
+__all__ = ["add_arguments", "run", "explain_gcn", "explain_formats"]
 
 
 def explain_gcn(n: int, q: int, layers: list[tuple[int, int, bool]], scheme: str = "auto") -> str:
@@ -17,15 +26,65 @@ def explain_gcn(n: int, q: int, layers: list[tuple[int, int, bool]], scheme: str
     return "\n\n".join(plan_gcn(n, q, m, k, g, scheme=scheme).table() for m, k, g in layers)
 
 
+def explain_formats(stats: MatrixStats, f: int, auto_widths: tuple[int, ...] = ()) -> str:
+    """I/O-model table of SpMM and SDDMM in every format (paper Tables 6-7) at ``f``
+    columns, and the format ``"auto"`` picks at ``f`` and at each of ``auto_widths``.
+
+    A format the stats cannot model (hybrid without its COO-part size) shows ``-``.
+    """
+    head = ["format", "SpMM MFLOP", "SpMM MB", "SpMM FLOP/B", "SDDMM MFLOP", "SDDMM MB", "SDDMM FLOP/B"]
+    body = []
+    for fmt in IO_FORMATS:
+        cells = [fmt]
+        for op in ("spmm", "sddmm"):
+            try:
+                c = stats.io(op, fmt, f)
+            except ValueError:
+                cells += ["-", "-", "-"]
+                continue
+            cells += [f"{c.flops / 1e6:.4g}", f"{c.bytes / 1e6:.4g}", f"{c.intensity:.3f}"]
+        body.append(cells)
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    hyb = f"hybrid t={stats.hybrid_t}, {stats.hybrid_coo_nnz} entries in its COO part" if stats.hybrid_coo_nnz is not None else "hybrid split unknown"
+    lines = [
+        f"Sparse formats, I/O model (paper Tables 6-7; 4-byte values and indices), f={f}: "
+        f"n={stats.n} nnz={stats.nnz} max degree={stats.max_degree}, ELL padding {stats.padding_ratio:.1f}x, {hyb}",
+        "  ".join(h.ljust(w) for h, w in zip(head, widths)),
+    ]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths)) for b in body]
+    for width in dict.fromkeys((f,) + tuple(auto_widths)):
+        ch = choose_format(stats, width)
+        lines.append(f'format="auto" at f={width}: {ch.format} ({ch.reason})')
+    return "\n".join(lines)
+
+
 def _dataset_shape(name: str, root):
-    """(n, q incl. self-loops, features, classes, label) of a dataset."""
-    from .datasets import load_planetoid
+    """(n, q incl. self-loops, features, classes, label, Graph) of a dataset: real
+    Cora/CiteSeer (and any Table 5 dataset whose files are found), else the
+    synthetic stand-in."""
+    from .datasets import canonical_name, load_dataset, load_planetoid
     from .graph import Graph
 
-    data = load_planetoid(name, root)
+    if canonical_name(name) in ("Cora", "CiteSeer"):
+        data = load_planetoid(name, root)
+        data.synthetic = False
+    else:
+        data = load_dataset(name, root)
     g = Graph(data.edge_index, num_nodes=data.num_nodes)
     q = g.gcn_adjacency().nnz
-    return data.num_nodes, q, data.x.size(1), int(data.y.max()) + 1, f"{data.name} (real)", g
+    label = data.name if getattr(data, "synthetic", False) else f"{data.name} (real)"
+    return data.num_nodes, q, data.x.size(1), int(data.y.max()) + 1, label, g
+
+
+def _raw_stats(g) -> MatrixStats:
+    """Stats of the input edges alone (rows = targets), as the paper's Tables 6-7 count them."""
+    import torch
+
+    from .sparse.formats import CSR
+
+    ones = torch.ones(g.num_edges)
+    n = g.num_nodes
+    return MatrixStats.of(CSR.from_coo(g.edge_index[1], g.edge_index[0], ones, (n, n)))
 
 
 def add_arguments(p) -> None:
@@ -38,16 +97,33 @@ def add_arguments(p) -> None:
     p.add_argument("--k", type=int, help="output features")
     p.add_argument("--input-grad", action="store_true", help="the layer's input needs a gradient")
     p.add_argument("--scheme", default="auto", help="force a scheme (costs still shown)")
+    p.add_argument("--f", type=int, default=64, help="dense columns of the SpMM/SDDMM I/O tables (default 64, as Tables 6-7)")
+    p.add_argument("--adjacency", choices=("gcn", "raw"), default="gcn",
+                   help="matrix of the I/O tables: the GCN adjacency with self-loops (default) or the raw edges (as the paper)")
+    p.add_argument("--max-degree", type=int, help="with --n --q: longest row, to print the I/O tables for those sizes")
 
 
 def run(args) -> int:
+    if args.f < 1:
+        raise ValueError(f"--f must be >= 1, got {args.f}")
     if args.dataset:
-        n, q, m, c, label, _ = _dataset_shape(args.dataset, args.root)
+        n, q, m, c, label, g = _dataset_shape(args.dataset, args.root)
         print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}, 2-layer GCN hidden={args.hidden}\n")
         print(explain_gcn(n, q, [(m, args.hidden, False), (args.hidden, c, True)], args.scheme))
+        if args.adjacency == "raw":
+            stats, what = _raw_stats(g), "raw input edges (no self-loops, as the paper's tables)"
+        else:
+            stats, what = MatrixStats.of(g.gcn_adjacency()), "GCN adjacency A' (with self-loops)"
+        print(f"\n{label}, {what}:")
+        print(explain_formats(stats, args.f, (min(m, args.hidden), min(args.hidden, c))))
         return 0
     missing = [k for k in ("n", "q", "m", "k") if getattr(args, k) is None]
     if missing:
         raise ValueError(f"give --dataset, or all of --n --q --m --k (missing: {', '.join('--' + k for k in missing)})")
     print(explain_gcn(args.n, args.q, [(args.m, args.k, args.input_grad)], args.scheme))
+    if args.max_degree is not None:
+        if args.max_degree < 0 or args.max_degree * args.n < args.q:
+            raise ValueError(f"--max-degree {args.max_degree} cannot hold q={args.q} entries in n={args.n} rows")
+        print()
+        print(explain_formats(MatrixStats(args.n, args.q, args.max_degree), args.f, (min(args.m, args.k),)))
     return 0

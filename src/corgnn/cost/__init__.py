@@ -1,5 +1,9 @@
-"""Cost models: GCN scheme plan (Tables 1-2), sparse I/O model (Tables 6-7)."""
+"""Cost models: GCN scheme plan (Tables 1-2), GAT caching plan (Table 4), sparse I/O model (Tables 6-7)."""
 
 from .gcn import GCN_SCHEMES, GCNPlan, GCNScheme, MachineModel, SchemeCost, parse_scheme, plan_gcn
+from .io import FormatChoice, IOCost, MatrixStats, choose_format, io_model, operational_intensity
 
-__all__ = ["GCN_SCHEMES", "GCNPlan", "GCNScheme", "MachineModel", "SchemeCost", "parse_scheme", "plan_gcn"]
+__all__ = [
+    "GCN_SCHEMES", "GCNPlan", "GCNScheme", "MachineModel", "SchemeCost", "parse_scheme", "plan_gcn",
+    "IOCost", "io_model", "operational_intensity", "MatrixStats", "FormatChoice", "choose_format",
+]

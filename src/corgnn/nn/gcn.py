@@ -11,6 +11,7 @@ from torch_geometric.nn.inits import zeros
 
 from .._validate import check_features, check_finite
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
+from ..cost.io import choose_format
 from ..functional.gcn import GCNFunction
 from ..graph import Graph, GraphCache
 from ..sparse.formats import CSR, FORMAT_NAMES, SparseFormat
@@ -106,7 +107,8 @@ class GCNConv(nn.Module):
         scheme: ``"auto"`` (default) or a scheme name to force, e.g.
             ``"transform-first+fused"``, ``"propagate-first+split+cache"`` (see
             :data:`corgnn.cost.GCN_SCHEMES`).
-        format: sparse format of ``A'``: ``"csr"`` (default; ``"auto"`` = csr) or
+        format: sparse format of ``A'``: ``"csr"`` (default), ``"auto"`` (chosen by
+            :func:`corgnn.cost.choose_format` from the I/O model) or
             ``"coo" | "csc" | "ell" | "hybrid"``.
         improved: self-loop weight 2 instead of 1 (PyG's ``improved``).
         add_self_loops: add ``I`` before normalising (PyG's default True).
@@ -162,8 +164,11 @@ class GCNConv(nn.Module):
             zeros(self.bias)
 
     def adjacency(self, graph: Graph, dtype: torch.dtype):
-        fmt = "csr" if self.format == "auto" else self.format
-        return graph.gcn_adjacency(dtype=dtype, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize, format=fmt)
+        opts = dict(dtype=dtype, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize)
+        fmt = self.format
+        if fmt == "auto":  # I/O-model choice, on the SpMM width of transform-first
+            fmt = choose_format(graph.gcn_adjacency(**opts), min(self.in_channels, self.out_channels)).format
+        return graph.gcn_adjacency(**opts, format=fmt)
 
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan:
         """The scheme this layer would use for ``x`` on ``graph`` now, with costs."""
@@ -240,7 +245,8 @@ class GCN(nn.Module):
         # one Graph (and one A') shared by both layers
         edge_index = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
         edge_weight = None
-        xs = self.conv1.sparse_features(x, edge_index.num_nodes) if isinstance(x, torch.Tensor) else None
+        sparse_ok = self.conv1.scheme in ("auto", "transform-first+fused", "tf", "pyg")  # sparse-only X needs it
+        xs = self.conv1.sparse_features(x, edge_index.num_nodes) if sparse_ok and isinstance(x, torch.Tensor) else None
         if xs is not None:
             # NOTE: dropout of a zero is a zero, so dropping the sparse values is the
             # same distribution as dense dropout at ~1 % of the random numbers.

@@ -1,0 +1,309 @@
+"""ELLPACK (ELL) and hybrid CSR+COO formats.
+
+Paper appendix "Sparse Formats" (§ELLPACK Format, §Hybrid Formats). Both are built
+from a CSR (:func:`convert_to`, reached through :func:`corgnn.sparse.convert` or
+``Graph.gcn_adjacency(format="ell" | "hybrid")``, which caches the result per graph),
+and convert back with ``to_csr()`` / ``to_coo()``.
+
+ELL
+    ``col (n, p)`` int32 column matrix, ``p`` = the longest row; the padded value
+    matrix ``V (n, p)`` (:meth:`ELL.values_padded`, built once and cached);
+    ``lengths (n,)`` int64 entries per row. Padding is always a row's tail: padding
+    slots hold column ``-1`` and value ``0`` and kernels stop at ``lengths[i]``, so
+    they never read it. Indices are int32 (4 bytes, as in the paper's I/O model)
+    because ``n * p`` is the dominant storage: the synthetic OGB-Arxiv stand-in has
+    ``p`` = 493, i.e. 83 M slots for 1.3 M entries.
+
+Hybrid CSR+COO
+    The first ``t`` entries of each row in a CSR part (:attr:`Hybrid.head`), the
+    rest in a row-sorted COO part (:attr:`Hybrid.tail`). ``t`` =
+    :func:`hybrid_threshold`: the 90th percentile of the row lengths (at least 1),
+    so 90 % of the rows lie wholly in the CSR part, which is then balanced (no row
+    holds more than ``t`` entries), and only the long rows' tails go to the COO
+    part, whose kernel splits entries, not rows, evenly over threads.
+
+Entry order (the order of ``val`` and of per-entry values given to or returned by
+:func:`corgnn.sparse.spmm` / :func:`corgnn.sparse.sddmm`)
+    ELL: row-major over the stored (non-padding) slots, i.e. exactly the order of
+    the CSR it came from (``ELL.val`` *is* that CSR's ``val``, no copy).
+    Hybrid: the CSR part's entries (row-major), then the COO part's (row-major);
+    ``csr_pos[e]`` is the CSR position of hybrid entry ``e``.
+
+Both formats reuse the CSR's compressed-row plans (:meth:`SparseFormat.row_plan`)
+for the products they cannot walk themselves (``A^T B``, edge softmax): the plan's
+permutation is composed with the entry-order map, so ``A^T`` is never materialised.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .formats import COO, CSR, SparseFormat, _check_values, _nbytes, _ptr_from_sorted
+
+__all__ = ["ELL", "Hybrid", "convert_to", "hybrid_threshold", "HYBRID_PERCENTILE"]
+
+#: Percentile of the row lengths used as the hybrid CSR-part width ``t``.
+HYBRID_PERCENTILE = 90.0
+
+
+def hybrid_threshold(degrees: torch.Tensor, percentile: float = HYBRID_PERCENTILE) -> int:
+    """Width ``t`` of the hybrid format's CSR part: the nearest-rank ``percentile``
+    of the row lengths ``degrees (n,)``, at least 1 (0 for a matrix without entries).
+
+    Raises:
+        ValueError: ``percentile`` outside ``[0, 100]``.
+    """
+    if not 0.0 <= percentile <= 100.0:
+        raise ValueError(f"percentile must be in [0, 100], got {percentile}")
+    n = degrees.numel()
+    if n == 0 or int(degrees.max()) == 0:
+        return 0
+    rank = max(1, math.ceil(percentile / 100.0 * n))  # nearest-rank percentile
+    t = int(torch.sort(degrees.flatten()).values[rank - 1])
+    return max(1, t)
+
+
+def _slots(csr: CSR) -> torch.Tensor:
+    """Slot (position within its row) of every CSR entry, ``(nnz,)`` int64."""
+    row = csr.row()
+    return torch.arange(csr.nnz, device=csr.device) - csr.rowptr[:-1].index_select(0, row)
+
+
+@dataclass(eq=False, repr=False)
+class ELL(SparseFormat):
+    """ELLPACK: ``col (n, p)`` int32 (padding ``-1``), ``lengths (n,)`` int64, ``val``.
+
+    ``val`` is ``(nnz,)`` / ``(nnz, h)`` in row-major slot order (the source CSR's
+    order) or ``None``; the padded value matrix is :meth:`values_padded`.
+    """
+
+    col: torch.Tensor
+    lengths: torch.Tensor
+    val: torch.Tensor | None
+    shape: tuple[int, int]
+    _csr: "CSR | None" = field(default=None, init=False)
+    _padded: torch.Tensor | None = field(default=None, init=False)
+    _plans: dict = field(default_factory=dict, init=False)
+
+    name = "ell"
+
+    def __post_init__(self):
+        n = self.shape[0]
+        if self.col.dim() != 2 or self.col.size(0) != n:
+            raise ValueError(f"ELL: col must have shape ({n}, p), got {tuple(self.col.shape)}")
+        if self.lengths.shape != (n,):
+            raise ValueError(f"ELL: lengths must have shape ({n},), got {tuple(self.lengths.shape)}")
+        _check_values(self.val, int(self.lengths.sum()) if n else 0, "ELL")
+
+    @staticmethod
+    def from_csr(csr: CSR) -> "ELL":
+        """ELL of ``csr`` (entries in CSR order; duplicates stay separate slots)."""
+        n = csr.shape[0]
+        lengths = csr.degrees()
+        p = int(lengths.max()) if n else 0
+        col = torch.full((n, p), -1, dtype=torch.int32, device=csr.device)
+        if csr.nnz:
+            col[csr.row(), _slots(csr)] = csr.col.to(torch.int32)
+        out = ELL(col, lengths.contiguous(), csr.val, csr.shape)
+        out._csr = csr
+        return out
+
+    @property
+    def nnz(self) -> int:
+        return self.to_csr().nnz
+
+    @property
+    def width(self) -> int:
+        """``p``: slots per row (the longest row's length)."""
+        return self.col.size(1)
+
+    def padding_ratio(self) -> float:
+        """Stored slots per entry, ``n * p / nnz`` (1.0 = no padding)."""
+        return self.col.numel() / max(self.nnz, 1)
+
+    def index_tensors(self):
+        return (self.col, self.lengths)
+
+    def nbytes(self) -> int:
+        """Bytes of ``Col (n, p)``, ``lengths (n,)`` and, with values, the padded
+        ``V (n, p[, h])`` (the paper's ELL storage plus the row lengths)."""
+        vb = 0 if self.val is None else self.col.numel() * self.val.element_size() * (self.val.size(1) if self.val.dim() == 2 else 1)
+        return _nbytes(self.col, self.lengths) + vb
+
+    def values_padded(self, val: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Padded value matrix ``V (n, p)`` (or ``(n, p, h)``), zeros in the padding.
+
+        ``val=None`` gives ``self.val``'s matrix, built once and cached; other
+        per-entry values (in ELL order) are padded afresh (``n * p`` writes: the
+        format's cost on graphs with hubs, paper §ELLPACK).
+        """
+        if val is None:
+            if self.val is None:
+                return None
+            if self._padded is None:
+                self._padded = self._pad(self.val)
+            return self._padded
+        return self._pad(val)
+
+    def _pad(self, val: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros((self.shape[0], self.width) + tuple(val.shape[1:]), dtype=val.dtype, device=val.device)
+        if self.nnz:
+            slots = self._plans.get("slots")
+            if slots is None:  # (row, slot) of every entry, pattern-only: cached
+                csr = self.to_csr()
+                slots = self._plans["slots"] = (csr.row(), _slots(csr))
+            out[slots] = val
+        return out
+
+    def to_csr(self) -> CSR:
+        if self._csr is None:
+            mask = self.col >= 0  # row-major boolean indexing keeps ELL order
+            rowptr = torch.zeros(self.shape[0] + 1, dtype=torch.long, device=self.device)
+            torch.cumsum(self.lengths, 0, out=rowptr[1:])
+            self._csr = CSR(rowptr, self.col[mask].long(), self.val, self.shape)
+        return self._csr
+
+    def to_coo(self) -> COO:
+        return self.to_csr().to_coo()
+
+    def _make_row_plan(self, transpose: bool):
+        return self.to_csr().row_plan(transpose)  # same entry order as the CSR
+
+    def with_values(self, val) -> "ELL":
+        """Same pattern (and plans) with other values in ELL entry order."""
+        out = ELL(self.col, self.lengths, val, self.shape)
+        out._csr = self.to_csr().with_values(val)
+        out._plans = self._plans
+        return out
+
+
+@dataclass(eq=False, repr=False)
+class Hybrid(SparseFormat):
+    """Hybrid CSR+COO: ``head`` (CSR, first ``t`` entries of each row) and ``tail``
+    (row-sorted COO, the rest). ``val`` = ``cat(head.val, tail.val)`` (views of it).
+
+    ``csr_pos (nnz,)`` int64: CSR position of each hybrid entry (for conversions and
+    to read hybrid-ordered values in the CSR's plans).
+    """
+
+    head: CSR
+    tail: COO
+    t: int
+    csr_pos: torch.Tensor
+    val: torch.Tensor | None
+    shape: tuple[int, int]
+    _csr: "CSR | None" = field(default=None, init=False)
+    _plans: dict = field(default_factory=dict, init=False)
+
+    name = "hybrid"
+
+    def __post_init__(self):
+        if self.head.shape != self.shape or self.tail.shape != self.shape:
+            raise ValueError(f"Hybrid: head {self.head.shape} and tail {self.tail.shape} must both have shape {self.shape}")
+        if self.csr_pos.shape != (self.head.nnz + self.tail.nnz,):
+            raise ValueError(f"Hybrid: csr_pos must have shape ({self.head.nnz + self.tail.nnz},), got {tuple(self.csr_pos.shape)}")
+        _check_values(self.val, self.csr_pos.numel(), "Hybrid")
+
+    @staticmethod
+    def from_csr(csr: CSR, t: int | None = None) -> "Hybrid":
+        """Split ``csr`` at width ``t`` (default :func:`hybrid_threshold`).
+
+        Raises:
+            ValueError: negative ``t``.
+        """
+        deg = csr.degrees()
+        if t is None:
+            t = hybrid_threshold(deg)
+        if t < 0:
+            raise ValueError(f"t must be >= 0, got {t}")
+        in_head = _slots(csr) < t
+        head_pos = torch.nonzero(in_head).flatten()
+        tail_pos = torch.nonzero(~in_head).flatten()
+        csr_pos = torch.cat([head_pos, tail_pos])
+        row = csr.row()
+        n = csr.shape[0]
+        head_row = row.index_select(0, head_pos)
+        head = CSR(_ptr_from_sorted(head_row, n), csr.col.index_select(0, head_pos), None, csr.shape)
+        head._row = head_row
+        tail = COO(row.index_select(0, tail_pos), csr.col.index_select(0, tail_pos), None, csr.shape, sorted=True)
+        val = None if csr.val is None else csr.val.index_select(0, csr_pos)
+        out = Hybrid(head, tail, int(t), csr_pos, None, csr.shape).with_values(val)
+        out._plans["csr"] = csr.with_values(None)
+        out._csr = csr
+        return out
+
+    @property
+    def nnz(self) -> int:
+        return self.csr_pos.numel()
+
+    def index_tensors(self):
+        return (*self.head.index_tensors(), *self.tail.index_tensors())
+
+    def nbytes(self) -> int:
+        """Bytes of both parts' index and value arrays (``csr_pos`` excluded: a conversion cache)."""
+        return _nbytes(*self.index_tensors(), self.val)
+
+    def csr_order(self) -> torch.Tensor:
+        """Hybrid position of each CSR entry ``(nnz,)`` int64 (inverse of ``csr_pos``; cached)."""
+        inv = self._plans.get("csr_order")
+        if inv is None:
+            inv = torch.empty_like(self.csr_pos)
+            inv[self.csr_pos] = torch.arange(self.nnz, device=self.device)
+            self._plans["csr_order"] = inv
+        return inv
+
+    def _pattern(self) -> CSR:
+        """The CSR pattern (no values) of the same matrix, cached."""
+        pat = self._plans.get("csr")
+        if pat is None:
+            order = self.csr_order()
+            row = torch.cat([self.head.row(), self.tail.row]).index_select(0, order)
+            col = torch.cat([self.head.col, self.tail.col]).index_select(0, order)
+            pat = self._plans["csr"] = CSR(_ptr_from_sorted(row, self.shape[0]), col, None, self.shape)
+            pat._row = row
+        return pat
+
+    def to_csr(self) -> CSR:
+        """The same matrix in CSR (values reordered into CSR order; cached)."""
+        if self._csr is None:
+            pat = self._pattern()
+            self._csr = pat if self.val is None else pat.with_values(self.val.index_select(0, self.csr_order()))
+        return self._csr
+
+    def to_coo(self) -> COO:
+        row = torch.cat([self.head.row(), self.tail.row])
+        col = torch.cat([self.head.col, self.tail.col])
+        return COO(row, col, self.val, self.shape)
+
+    def _make_row_plan(self, transpose: bool):
+        # NOTE: the CSR's plan walks the same entries; its perm points at CSR
+        # positions, composed here with csr_order() to point at hybrid positions.
+        ptr, idx, perm = self._pattern().row_plan(transpose)
+        order = self.csr_order()
+        return ptr, idx, order if perm is None else order.index_select(0, perm)
+
+    def with_values(self, val) -> "Hybrid":
+        """Same pattern (and plans) with other values in hybrid entry order."""
+        q1 = self.head.nnz
+        head = self.head.with_values(None if val is None else val[:q1])
+        tail = self.tail.with_values(None if val is None else val[q1:])
+        out = Hybrid(head, tail, self.t, self.csr_pos, val, self.shape)
+        out._plans = self._plans  # pattern-only caches: csr_order, the CSR pattern, plans
+        return out
+
+
+def convert_to(A: SparseFormat, name: str) -> SparseFormat:
+    """``A`` as ``"ell"`` or ``"hybrid"`` (via its CSR, cached on ``A`` when a CSR).
+
+    Raises:
+        ValueError: ``name`` is neither ``"ell"`` nor ``"hybrid"``.
+    """
+    if name not in ("ell", "hybrid"):
+        raise ValueError(f"convert_to handles 'ell' and 'hybrid', got {name!r}")
+    if A.name == name:
+        return A
+    csr = A.to_csr()
+    return ELL.from_csr(csr) if name == "ell" else Hybrid.from_csr(csr)
