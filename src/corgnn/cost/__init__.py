@@ -1,9 +1,11 @@
 """Cost models: GCN scheme plan (Tables 1-2), GAT caching plan (Table 4), sparse I/O model (Tables 6-7)."""
 
+from .gat import GAT_CACHE_SCHEMES, GATCacheCost, GATPlan, bytes_saved, plan_gat
 from .gcn import GCN_SCHEMES, GCNPlan, GCNScheme, MachineModel, SchemeCost, parse_scheme, plan_gcn
 from .io import FormatChoice, IOCost, MatrixStats, choose_format, io_model, operational_intensity
 
 __all__ = [
     "GCN_SCHEMES", "GCNPlan", "GCNScheme", "MachineModel", "SchemeCost", "parse_scheme", "plan_gcn",
+    "GAT_CACHE_SCHEMES", "GATCacheCost", "GATPlan", "bytes_saved", "plan_gat",
     "IOCost", "io_model", "operational_intensity", "MatrixStats", "FormatChoice", "choose_format",
 ]
