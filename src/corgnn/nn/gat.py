@@ -9,12 +9,11 @@ from torch import nn
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
 
-from .._validate import check_finite
 from ..cost.gat import GATPlan, parse_cache, plan_gat
 from ..functional.gat import gat_conv
 from ..graph import Graph, GraphCache
-from ..sparse.formats import FORMAT_NAMES, SparseFormat
-from .gcn import _FeatureCache, dropout
+from ..sparse.formats import FORMAT_NAMES
+from .gcn import _FeatureCache, _LayerInputs, dropout
 
 __all__ = ["GATConv", "GAT", "convert_pyg_gat"]
 
@@ -24,7 +23,7 @@ def _positive_int(name: str, v) -> None:
         raise ValueError(f"{name} must be a positive int, got {v!r}")
 
 
-class GATConv(nn.Module):
+class GATConv(_LayerInputs, nn.Module):
     r"""Multi-head graph attention layer with the paper's caching schemes
     (paper §"Analysis of the GAT Computation", Table 4; appendix "GAT Forward Pass").
 
@@ -136,11 +135,6 @@ class GATConv(nn.Module):
             cache=self.cache, memory_budget=self.memory_budget, training=training, value_bytes=value_bytes,
         )
 
-    def sparse_features(self, x: torch.Tensor, num_nodes: int | None = None) -> SparseFormat | None:
-        """Validate ``x`` (once per tensor version) and return its cached CSR if it is
-        constant (no grad) and mostly zeros (see :data:`corgnn.nn.gcn.SPARSE_FEATURE_DENSITY`)."""
-        return self._features(x, x.size(0) if num_nodes is None else num_nodes, self.in_channels)
-
     def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None) -> torch.Tensor:
         """Args: ``x (n, in_channels)`` dense float tensor, or a corgnn sparse matrix
         (e.g. :class:`corgnn.sparse.CSR`) of input features (no gradient flows to it);
@@ -150,23 +144,10 @@ class GATConv(nn.Module):
             raise ValueError("edge_attr is not supported by corgnn's GATConv (no edge_dim); use torch_geometric.nn.GATConv for edge features")
         if return_attention_weights is not None:
             raise ValueError("return_attention_weights is not supported by corgnn's GATConv; use torch_geometric.nn.GATConv to inspect attention")
-        if isinstance(x, SparseFormat):
-            graph = self._graphs(edge_index, None, x.shape[0])
-            if x.shape != (graph.num_nodes, self.in_channels) or x.val is None or x.val.dim() != 1:
-                raise ValueError(f"sparse x must be ({graph.num_nodes}, {self.in_channels}) with values, got {x!r}")
-            check_finite("x", x.val)
-            xs, dense, dtype, device = x, None, x.val.dtype, x.device
-        else:
-            graph = self._graphs(edge_index, None, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
-            xs = self._features(x, graph.num_nodes, self.in_channels)
-            dense, dtype, device = x, x.dtype, x.device
+        graph, dense, xs, dtype = self._inputs(x, edge_index)
         if size is not None and tuple(size) != (graph.num_nodes, graph.num_nodes):
             raise ValueError(f"size must be None or ({graph.num_nodes}, {graph.num_nodes}); bipartite graphs are not supported, got {tuple(size)}")
-        if device != graph.device:
-            raise ValueError(f"x is on {device} but edge_index is on {graph.device}")
         weight = self.lin.weight
-        if weight.dtype != dtype:
-            raise TypeError(f"x is {dtype} but the layer's parameters are {weight.dtype}; call .to({dtype}) on the module")
         plan = self.plan(graph, dense)
         self.last_plan, self.last_cache = plan, plan.scheme
         return gat_conv(

@@ -89,7 +89,42 @@ class _SparseView:
         self.dtype = dtype
 
 
-class GCNConv(nn.Module):
+class _LayerInputs:
+    """Input handling shared by GCNConv and GATConv (graph conversion once per
+    ``edge_index``, feature validation once per tensor version, sparse features).
+
+    Needs ``self._graphs`` (GraphCache), ``self._features`` (_FeatureCheck),
+    ``self.in_channels`` and ``self.lin.weight``.
+    """
+
+    def sparse_features(self, x: torch.Tensor, num_nodes: int | None = None) -> "CSR | None":
+        """Validate ``x`` (once per tensor version) and return its cached CSR if it is
+        constant (no grad) and at most :data:`SPARSE_FEATURE_DENSITY` non-zero."""
+        return self._features(x, x.size(0) if num_nodes is None else num_nodes, self.in_channels)
+
+    def _inputs(self, x, edge_index, edge_weight=None):
+        """``(graph, dense x or None, sparse x or None, dtype)``, validated before any work.
+
+        ``x`` is a dense ``(n, in_channels)`` float tensor or a corgnn sparse matrix.
+        """
+        if isinstance(x, SparseFormat):
+            graph = self._graphs(edge_index, edge_weight, x.shape[0])
+            if x.shape != (graph.num_nodes, self.in_channels) or x.val is None or x.val.dim() != 1:
+                raise ValueError(f"sparse x must be ({graph.num_nodes}, {self.in_channels}) with values, got {x!r}")
+            check_finite("x", x.val)
+            xs, dense, dtype, device = x, None, x.val.dtype, x.device
+        else:
+            graph = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
+            xs = self._features(x, graph.num_nodes, self.in_channels)
+            dense, dtype, device = x, x.dtype, x.device
+        if device != graph.device:
+            raise ValueError(f"x is on {device} but edge_index is on {graph.device}")
+        if self.lin.weight.dtype != dtype:
+            raise TypeError(f"x is {dtype} but the layer's parameters are {self.lin.weight.dtype}; call .to({dtype}) on the module")
+        return graph, dense, xs, dtype
+
+
+class GCNConv(_LayerInputs, nn.Module):
     r"""Graph convolution ``X' = D^{-1/2}(A+I)D^{-1/2} X Θ + b`` with adaptive reordering
     and caching (paper §"Analysis of the GCN Computational Graph", Tables 1-2).
 
@@ -182,31 +217,12 @@ class GCNConv(nn.Module):
             training=training, scheme=self.scheme, candidates=candidates, x_nnz=x_nnz,
         )
 
-    def sparse_features(self, x: torch.Tensor, num_nodes: int | None = None) -> CSR | None:
-        """Validate ``x`` (once per tensor version) and return its cached CSR if it is
-        constant (no grad) and at most :data:`SPARSE_FEATURE_DENSITY` non-zero."""
-        return self._features(x, x.size(0) if num_nodes is None else num_nodes, self.in_channels)
-
     def forward(self, x, edge_index, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Args: ``x (n, in_channels)`` dense float tensor, or a corgnn sparse matrix
         (e.g. :class:`corgnn.sparse.CSR`) of input features (no gradient flows to it);
         ``edge_index (2, q)`` or a :class:`corgnn.Graph`; optional ``edge_weight (q,)``."""
-        if isinstance(x, SparseFormat):
-            graph = self._graphs(edge_index, edge_weight, x.shape[0])
-            if x.shape != (graph.num_nodes, self.in_channels) or x.val is None or x.val.dim() != 1:
-                raise ValueError(f"sparse x must be ({graph.num_nodes}, {self.in_channels}) with values, got {x!r}")
-            check_finite("x", x.val)
-            xs, dense = x, None
-            dtype, device = x.val.dtype, x.device
-        else:
-            graph = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
-            xs = self._features(x, graph.num_nodes, self.in_channels)
-            dense, dtype, device = x, x.dtype, x.device
-        if device != graph.device:
-            raise ValueError(f"x is on {device} but edge_index is on {graph.device}")
+        graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
         weight = self.lin.weight
-        if weight.dtype != dtype:
-            raise TypeError(f"x is {dtype} but the layer's parameters are {weight.dtype}; call .to({dtype}) on the module")
         A = self.adjacency(graph, dtype)
         plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
