@@ -1,4 +1,11 @@
-"""Datasets: the real Planetoid graphs (Cora, CiteSeer) read in place from a data root.
+"""Datasets: the paper's five graphs (Table 5), real when their files are found under a
+data root, otherwise seeded synthetic stand-ins of the same shape.
+
+* :func:`load_dataset` (what the benchmarks use): real data when present, else
+  :func:`synthetic`; ``data.synthetic`` says which.
+* :func:`load_planetoid` (Cora, CiteSeer, PubMed: Planetoid raw files),
+  :func:`load_flickr` (GraphSAINT/PyG raw files), :func:`load_ogb_arxiv` (OGB's raw
+  CSVs): real data only, :class:`DatasetNotFoundError` otherwise.
 
 Data root search (first hit wins), documented in the README:
 
@@ -9,9 +16,15 @@ Data root search (first hit wins), documented in the README:
    the project's shared folder beside it), and the same relative to the repo root;
 4. ``~/.cache/corgnn/datasets``.
 
-A data root holds ``<Name>/raw/ind.<name>.*`` (Planetoid's raw files, as PyG and
-Kipf & Welling ship them). Files are read with PyG's own reader
-(``torch_geometric.io.read_planetoid_data``) and nothing is written under the root.
+A data root holds, per dataset (nothing is ever written under it):
+
+* ``<Name>/raw/ind.<name>.*`` for Cora, CiteSeer, PubMed (Planetoid's raw files, as PyG
+  and Kipf & Welling ship them), read with PyG's ``read_planetoid_data``;
+* ``Flickr/raw/{adj_full.npz, feats.npy, class_map.json, role.json}`` (the files PyG's
+  ``torch_geometric.datasets.Flickr`` downloads), read by that class's own ``process``;
+* ``ogbn_arxiv/{raw/edge.csv.gz, raw/node-feat.csv.gz, raw/node-label.csv.gz,
+  split/time/{train,valid,test}.csv.gz}`` (OGB's download layout; the folder may also
+  be called ``ogbn-arxiv``, ``OGB-Arxiv`` or ``arxiv``), read with gzip + NumPy.
 """
 
 from __future__ import annotations
@@ -21,7 +34,19 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["PLANETOID", "TABLE5", "find_data_root", "load_planetoid", "synthetic", "DatasetNotFoundError"]
+__all__ = [
+    "PLANETOID",
+    "TABLE5",
+    "DATASETS",
+    "find_data_root",
+    "load_planetoid",
+    "load_flickr",
+    "load_ogb_arxiv",
+    "load_dataset",
+    "canonical_name",
+    "synthetic",
+    "DatasetNotFoundError",
+]
 
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 _PLANETOID_FILES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -132,11 +157,8 @@ def synthetic(name: str, seed: int = 0, *, nodes: int | None = None, edges: int 
     """
     from torch_geometric.data import Data
 
-    key = {k.lower(): k for k in TABLE5}
-    key["arxiv"] = key["ogbn-arxiv"] = "OGB-Arxiv"
-    if name.lower() not in key:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(TABLE5)}")
-    spec = TABLE5[key[name.lower()]]
+    canon = canonical_name(name)
+    spec = TABLE5[canon]
     n = nodes or spec["nodes"]
     q = edges or spec["edges"]
     m = features or spec["features"]
@@ -167,6 +189,214 @@ def synthetic(name: str, seed: int = 0, *, nodes: int | None = None, edges: int 
         masks.append(mask)
         start += size
     data = Data(x=x, edge_index=torch.stack([src, dst]), y=y, train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
-    data.name = f"{key[name.lower()]} (synthetic)"
+    data.name = f"{canon} (synthetic)"
     data.synthetic = True
+    return data
+
+
+# ---------------------------------------------------------------------------------
+# Any of Table 5's datasets: real formats when present, synthetic stand-ins otherwise
+
+DATASETS = tuple(TABLE5)
+"""Canonical names of the paper's datasets, in Table 5's order."""
+
+_ALIASES = {
+    "arxiv": "OGB-Arxiv",
+    "ogbn-arxiv": "OGB-Arxiv",
+    "ogbn_arxiv": "OGB-Arxiv",
+    "ogb_arxiv": "OGB-Arxiv",
+    "ogb-arxiv": "OGB-Arxiv",
+}
+
+# folder names tried under each data root, and the files that must all be there
+_FLICKR_FOLDERS = ("Flickr", "flickr")
+_FLICKR_FILES = ("raw/adj_full.npz", "raw/feats.npy", "raw/class_map.json", "raw/role.json")
+_ARXIV_FOLDERS = ("ogbn_arxiv", "ogbn-arxiv", "OGB-Arxiv", "arxiv")
+_ARXIV_FILES = (
+    "raw/edge.csv.gz",
+    "raw/node-feat.csv.gz",
+    "raw/node-label.csv.gz",
+    "split/time/train.csv.gz",
+    "split/time/valid.csv.gz",
+    "split/time/test.csv.gz",
+)
+
+
+def canonical_name(name: str) -> str:
+    """Table 5's spelling of a dataset name (case-insensitive; ``arxiv``,
+    ``ogbn-arxiv``, ``ogbn_arxiv`` mean ``OGB-Arxiv``; a `` (synthetic)`` suffix is
+    ignored).
+
+    Raises:
+        ValueError: unknown name; the message lists the valid ones.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"dataset name must be a str, got {type(name).__name__}")
+    key = name.strip().lower().removesuffix(" (synthetic)")
+    table = {k.lower(): k for k in TABLE5} | _ALIASES
+    if key not in table:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(TABLE5)} (aliases: {sorted(_ALIASES)})")
+    return table[key]
+
+
+def _find_dataset_dir(label: str, folders: tuple[str, ...], files: tuple[str, ...], root) -> Path:
+    """First ``<root>/<folder>`` (over the searched roots and ``folders``) holding all ``files``.
+
+    Raises:
+        DatasetNotFoundError: listing every directory looked in and what to put there.
+    """
+    tried = []
+    for r in _candidate_roots(root):
+        for folder in folders:
+            d = r / folder
+            tried.append(d)
+            if all((d / f).is_file() for f in files):
+                return d
+    where = "\n  ".join(map(str, tried))
+    raise DatasetNotFoundError(
+        f"{label} not found. Looked for {', '.join(files)} in:\n  {where}\n"
+        f"Put the files in <root>/{folders[0]}/ and pass the root (or set CORGNN_DATA=<root>)."
+    )
+
+
+def _mask(n: int, index: torch.Tensor) -> torch.Tensor:
+    mask = torch.zeros(n, dtype=torch.bool)
+    mask[index] = True
+    return mask
+
+
+def load_flickr(root=None):
+    """Load Flickr (Zeng et al., GraphSAINT) from PyG's raw files.
+
+    Reads ``<root>/Flickr/raw/{adj_full.npz, feats.npy, class_map.json, role.json}``
+    with ``torch_geometric.datasets.Flickr.process`` itself (PyG's reading logic,
+    run on the files in place: its ``save`` is intercepted, nothing is written).
+    ``adj_full.npz`` is a SciPy CSR matrix whose row ``i`` lists ``i``'s neighbours;
+    PyG turns entry ``(i, j)`` into edge ``i -> j`` (the matrix is symmetric).
+
+    Returns:
+        ``Data`` with ``x (n, 500) float32``, ``edge_index (2, q) int64``, ``y (n,)
+        int64``, ``train_mask``/``val_mask``/``test_mask`` from ``role.json``'s
+        ``tr``/``va``/``te``, ``name="Flickr"``, ``synthetic=False``.
+
+    Raises:
+        DatasetNotFoundError: the four files are not under any searched data root.
+        ValueError: the files are inconsistent (edges out of range, labels missing).
+    """
+    from types import SimpleNamespace
+
+    from torch_geometric.datasets import Flickr
+
+    d = _find_dataset_dir("Flickr", _FLICKR_FOLDERS, _FLICKR_FILES, root)
+    out: list = []
+    shim = SimpleNamespace(raw_dir=str(d / "raw"), pre_transform=None, processed_paths=[None], save=lambda data_list, path: out.extend(data_list))
+    Flickr.process(shim)  # PyG's own reader; `save` collects the Data instead of writing
+    data = out[0]
+    _check_loaded("Flickr", data)
+    data.x = data.x.to(torch.float32).contiguous()
+    data.name, data.synthetic, data.source = "Flickr", False, str(d)
+    return data
+
+
+def _read_csv_gz(path: Path, dtype, columns: int | None = None):
+    """A gzip-compressed CSV of numbers (no header) as a 2-D NumPy array."""
+    import gzip
+
+    import numpy as np
+
+    with gzip.open(path, "rt") as f:
+        arr = np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
+    if arr.size == 0 and columns is not None:
+        arr = arr.reshape(0, columns)
+    return arr
+
+
+def load_ogb_arxiv(root=None):
+    """Load ogbn-arxiv (Hu et al., OGB) from OGB's raw CSVs, without the ``ogb`` package.
+
+    Reads ``<root>/ogbn_arxiv/raw/{edge,node-feat,node-label}.csv.gz`` and the time
+    split ``split/time/{train,valid,test}.csv.gz`` (one node id per line), as
+    ``ogb.io.read_csv_graph_raw`` does. Edges are kept as OGB stores them: directed,
+    citing -> cited, 1,166,243 of them (Table 5's count); apply
+    ``torch_geometric.transforms.ToUndirected`` for the symmetrised graph.
+
+    Returns:
+        ``Data`` with ``x (n, 128) float32``, ``edge_index (2, q) int64``, ``y (n,)
+        int64``, ``train_mask``/``val_mask``/``test_mask``, ``name="OGB-Arxiv"``,
+        ``synthetic=False``.
+
+    Raises:
+        DatasetNotFoundError: the files are not under any searched data root.
+        ValueError: the files are inconsistent (edges out of range, label count).
+    """
+    import numpy as np
+    from torch_geometric.data import Data
+
+    d = _find_dataset_dir("OGB-Arxiv", _ARXIV_FOLDERS, _ARXIV_FILES, root)
+    edges = _read_csv_gz(d / "raw" / "edge.csv.gz", np.int64, 2)
+    x = _read_csv_gz(d / "raw" / "node-feat.csv.gz", np.float32)
+    y = _read_csv_gz(d / "raw" / "node-label.csv.gz", np.int64, 1)
+    n = x.shape[0]
+    if y.shape[0] != n:
+        raise ValueError(f"OGB-Arxiv at {d}: node-label.csv.gz has {y.shape[0]} rows but node-feat.csv.gz has {n}")
+    if edges.shape[1] != 2:
+        raise ValueError(f"OGB-Arxiv at {d}: edge.csv.gz must have 2 columns (source, target), got {edges.shape[1]}")
+    masks = {}
+    for split, key in (("train", "train_mask"), ("valid", "val_mask"), ("test", "test_mask")):
+        idx = torch.from_numpy(_read_csv_gz(d / "split" / "time" / f"{split}.csv.gz", np.int64, 1).reshape(-1))
+        if idx.numel() and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"OGB-Arxiv at {d}: split/time/{split}.csv.gz has node ids outside [0, {n})")
+        masks[key] = _mask(n, idx)
+    data = Data(x=torch.from_numpy(x).contiguous(), edge_index=torch.from_numpy(edges.T.copy()), y=torch.from_numpy(y.reshape(-1)), **masks)
+    _check_loaded("OGB-Arxiv", data)
+    data.name, data.synthetic, data.source = "OGB-Arxiv", False, str(d)
+    return data
+
+
+def _check_loaded(label: str, data) -> None:
+    n = data.x.size(0)
+    ei = data.edge_index
+    if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n):
+        raise ValueError(f"{label}: edge_index has node ids outside [0, {n}) (features have {n} rows)")
+    if data.y.size(0) != n:
+        raise ValueError(f"{label}: {data.y.size(0)} labels for {n} nodes")
+
+
+def load_dataset(name: str, root=None, seed: int = 0, *, allow_synthetic: bool = True):
+    """One of Table 5's datasets: the real one when its files are found, else a stand-in.
+
+    Real formats searched (see the module docstring for the data-root search):
+    Planetoid raw files for Cora, CiteSeer and PubMed (:func:`load_planetoid`),
+    PyG's Flickr raw files (:func:`load_flickr`), OGB's raw CSVs for OGB-Arxiv
+    (:func:`load_ogb_arxiv`). When none is found the seeded :func:`synthetic`
+    stand-in with the Table 5 shape is returned.
+
+    Args:
+        name: dataset name (see :func:`canonical_name`).
+        root: data root to search instead of the default list.
+        seed: seed of the synthetic stand-in (ignored for real data).
+        allow_synthetic: False raises :class:`DatasetNotFoundError` instead of
+            falling back.
+
+    Returns:
+        ``Data`` with ``x``, ``edge_index``, ``y``, masks, ``name`` (``"<Name>"`` or
+        ``"<Name> (synthetic)"``) and ``synthetic`` (True for a stand-in).
+
+    Raises:
+        ValueError: unknown name.
+        DatasetNotFoundError: no real files and ``allow_synthetic=False``.
+    """
+    canon = canonical_name(name)
+    try:
+        if canon in ("Cora", "CiteSeer", "PubMed"):
+            data = load_planetoid(canon, root)
+            data.synthetic = False
+        elif canon == "Flickr":
+            data = load_flickr(root)
+        else:
+            data = load_ogb_arxiv(root)
+    except DatasetNotFoundError:
+        if not allow_synthetic:
+            raise
+        return synthetic(canon, seed)
     return data

@@ -15,15 +15,18 @@ GCN adjacency with self-loops.
 
 from __future__ import annotations
 
+import torch
+
 from .cost.gcn import plan_gcn
 from .cost.io import IO_FORMATS, MatrixStats, choose_format
 
 __all__ = ["add_arguments", "run", "explain_gcn", "explain_formats"]
 
 
-def explain_gcn(n: int, q: int, layers: list[tuple[int, int, bool]], scheme: str = "auto") -> str:
-    """Cost tables of each ``(m, k, input_grad)`` layer on a graph of n nodes, q entries."""
-    return "\n\n".join(plan_gcn(n, q, m, k, g, scheme=scheme).table() for m, k, g in layers)
+def explain_gcn(n: int, q: int, layers: list[tuple], scheme: str = "auto") -> str:
+    """Cost tables of each ``(m, k, input_grad[, x_nnz])`` layer on a graph of n nodes,
+    q entries (``x_nnz``: non-zeros of sparse input features, as GCNConv uses them)."""
+    return "\n\n".join(plan_gcn(n, q, *layer[:3], scheme=scheme, x_nnz=(layer[3:] or (None,))[0]).table() for layer in layers)
 
 
 def explain_formats(stats: MatrixStats, f: int, auto_widths: tuple[int, ...] = ()) -> str:
@@ -73,7 +76,12 @@ def _dataset_shape(name: str, root):
     g = Graph(data.edge_index, num_nodes=data.num_nodes)
     q = g.gcn_adjacency().nnz
     label = data.name if getattr(data, "synthetic", False) else f"{data.name} (real)"
-    return data.num_nodes, q, data.x.size(1), int(data.y.max()) + 1, label, g
+    from .nn.gcn import SPARSE_FEATURE_DENSITY
+
+    x_nnz = int(torch.count_nonzero(data.x))
+    if x_nnz > SPARSE_FEATURE_DENSITY * data.x.numel():
+        x_nnz = None  # dense features: GCNConv keeps them dense
+    return data.num_nodes, q, data.x.size(1), int(data.y.max()) + 1, label, g, x_nnz
 
 
 def _raw_stats(g) -> MatrixStats:
@@ -107,9 +115,10 @@ def run(args) -> int:
     if args.f < 1:
         raise ValueError(f"--f must be >= 1, got {args.f}")
     if args.dataset:
-        n, q, m, c, label, g = _dataset_shape(args.dataset, args.root)
-        print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}, 2-layer GCN hidden={args.hidden}\n")
-        print(explain_gcn(n, q, [(m, args.hidden, False), (args.hidden, c, True)], args.scheme))
+        n, q, m, c, label, g, x_nnz = _dataset_shape(args.dataset, args.root)
+        sparse_note = f", features used as a sparse matrix ({x_nnz} non-zeros)" if x_nnz is not None else ""
+        print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}{sparse_note}, 2-layer GCN hidden={args.hidden}\n")
+        print(explain_gcn(n, q, [(m, args.hidden, False, x_nnz), (args.hidden, c, True)], args.scheme))
         if args.adjacency == "raw":
             stats, what = _raw_stats(g), "raw input edges (no self-loops, as the paper's tables)"
         else:

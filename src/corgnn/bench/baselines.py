@@ -1,0 +1,317 @@
+"""The models every experiment times: PyG baselines and corgnn, built per *variant*.
+
+Variants (the ``variant`` column of the results):
+
+================================  ==================================================
+``corgnn``                        corgnn, ``scheme="auto"`` (GCN) / ``cache="auto"`` (GAT)
+``corgnn:<scheme>``               corgnn GCN with a forced scheme (``cost.GCN_SCHEMES``)
+``corgnn:cache=<scheme>``         corgnn GAT with a forced caching scheme
+``corgnn:format=<fmt>``           corgnn with the adjacency in format ``fmt``
+``corgnn:dense-x``                ablation: corgnn with its sparse-input-feature path
+                                  off (Cora/CiteSeer bag-of-words features are used
+                                  dense, as PyG uses them), see :class:`DenseFeatures`
+``pyg-coo``                       PyG layers, eager, ``edge_index`` (COO, gather/scatter)
+``pyg-csr``                       PyG layers, eager, ``adj_t`` as a ``torch.sparse_csr``
+                                  tensor (rows = targets; GCN runs ``torch.sparse.mm``)
+``pyg-coo-compiled``              ``torch.compile(model)`` on ``edge_index`` (the only
+                                  format PyG compiles, paper §"Baseline")
+``pyg-fused``                     GAT only: PyG's dgNN ``FusedGATConv`` (CUDA + dgNN)
+================================  ==================================================
+
+PyG models use the same parameters as corgnn's (widths, heads, bias, self-loops,
+normalisation). PyG's ``GCNConv`` is built with ``cached=True``: the normalised
+adjacency is computed once, on the first (warm-up) call, as corgnn computes ``A'``
+once per graph, so neither side pays for normalisation in the timed steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+from torch import nn
+
+__all__ = [
+    "Unavailable",
+    "DenseFeatures",
+    "GraphData",
+    "PygGCN",
+    "PygGAT",
+    "build",
+    "estimate_step_bytes",
+    "PYG_VARIANTS",
+    "GAT_HEADS",
+]
+
+PYG_VARIANTS = ("pyg-coo", "pyg-csr", "pyg-coo-compiled")
+GAT_HEADS = 8
+"""Heads of both GAT layers (paper §"Evaluation": two GAT layers with 8 heads each;
+the first concatenates, the second averages)."""
+
+
+class Unavailable(RuntimeError):
+    """A variant cannot run here (missing package, device or feature); the message
+    is recorded as the reason of a missing point."""
+
+
+@dataclass
+class GraphData:
+    """One dataset prepared for benchmarking.
+
+    Duplicate edges are merged (``torch_geometric.utils.coalesce``) so every variant
+    sees the same simple graph: PyG's CSR path would merge them anyway, its COO path
+    would not (the synthetic stand-ins have about 1 % duplicates; the real Planetoid
+    graphs none).
+
+    Attributes:
+        name: dataset name as reported (``"<Name> (synthetic)"`` for stand-ins).
+        synthetic: True for a seeded stand-in.
+        x: ``(n, m) float32`` features.
+        edge_index: ``(2, q) int64``, coalesced, source -> target.
+        num_classes: output width of the full networks.
+    """
+
+    name: str
+    synthetic: bool
+    x: torch.Tensor
+    edge_index: torch.Tensor
+    num_classes: int
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_pyg(cls, data, device="cpu") -> "GraphData":
+        from torch_geometric.utils import coalesce
+
+        n = data.num_nodes
+        ei = coalesce(data.edge_index, num_nodes=n)
+        y = getattr(data, "y", None)
+        c = int(y.max()) + 1 if y is not None and y.numel() else 1
+        return cls(str(data.name), bool(getattr(data, "synthetic", False)), data.x.to(device, torch.float32).contiguous(), ei.to(device), c)
+
+    @property
+    def n(self) -> int:
+        return self.x.size(0)
+
+    @property
+    def q(self) -> int:
+        return self.edge_index.size(1)
+
+    @property
+    def m(self) -> int:
+        return self.x.size(1)
+
+    @cached_property
+    def adj_t(self) -> torch.Tensor:
+        """``(n, n)`` ``torch.sparse_csr`` with rows = targets, columns = sources
+        (PyG's ``adj_t`` convention; what ``ToSparseTensor(layout=torch.sparse_csr)``
+        builds)."""
+        from torch_geometric.utils import to_torch_csr_tensor
+
+        return to_torch_csr_tensor(self.edge_index.flip(0), size=(self.n, self.n))
+
+    @cached_property
+    def fused_gat_graph(self):
+        """``(csr, csc, perm)`` of the graph with one self-loop per node, as PyG's
+        ``FusedGATConv.to_graph_format`` builds it (self-loops are added here because
+        that layer refuses ``add_self_loops=True``)."""
+        from torch_geometric.nn.conv import FusedGATConv
+        from torch_geometric.utils import add_self_loops, remove_self_loops
+
+        ei, _ = remove_self_loops(self.edge_index)
+        ei, _ = add_self_loops(ei, num_nodes=self.n)
+        return FusedGATConv.to_graph_format(ei, size=(self.n, self.n))
+
+
+class PygGCN(nn.Module):
+    """The paper's 2-layer GCN from PyG's ``GCNConv``: ``conv -> ReLU -> conv``."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+
+        self.conv1 = GCNConv(in_channels, hidden_channels, cached=True)
+        self.conv2 = GCNConv(hidden_channels, out_channels, cached=True)
+
+    def forward(self, x, edge_index):
+        return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+
+
+class PygGAT(nn.Module):
+    """The paper's 2-layer, 8-head GAT from PyG's ``GATConv`` (or ``FusedGATConv``):
+    ``conv(heads, concat) -> ELU -> conv(heads, mean)``."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, heads: int = GAT_HEADS, fused: bool = False):
+        super().__init__()
+        from torch_geometric.nn import GATConv
+
+        if fused:
+            from torch_geometric.nn.conv import FusedGATConv as conv
+        else:
+            conv = GATConv
+        kw = dict(add_self_loops=False) if fused else {}
+        # NOTE: PyG 2.8.1's FusedGATConv.forward calls `self.lin_src`, which GATConv
+        # only creates for bipartite (tuple) in_channels; passing (m, m) creates it
+        # (lin_dst stays unused). Not exercised on CPU (needs CUDA + dgNN).
+        def width(c):
+            return (c, c) if fused else c
+
+        self.conv1 = conv(width(in_channels), hidden_channels, heads=heads, concat=True, **kw)
+        self.conv2 = conv(width(hidden_channels * heads), out_channels, heads=heads, concat=False, **kw)
+
+    def forward(self, x, *graph):
+        return self.conv2(nn.functional.elu(self.conv1(x, *graph)), *graph)
+
+
+class DenseFeatures(nn.Module):
+    """Ablation wrapper: a corgnn GCN/GAT that treats its input features as dense.
+
+    corgnn keeps constant input features that are at most
+    ``corgnn.nn.gcn.SPARSE_FEATURE_DENSITY`` non-zero (Cora 1.3 %, CiteSeer 0.9 %) as
+    a sparse matrix and runs ``XΘ`` as an SpMM; PyG multiplies them dense. To separate
+    that gain from the paper's reordering and caching, the first call (which decides
+    and caches the choice per feature tensor) runs with the threshold set below zero;
+    it then checks, through the public ``conv1.sparse_features``, that the features
+    are used dense, and raises ``RuntimeError`` otherwise.
+    """
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self._checked = False
+
+    def forward(self, x, *graph):
+        if self._checked:
+            return self.inner(x, *graph)
+        from ..nn import gcn as gcn_module
+
+        old = gcn_module.SPARSE_FEATURE_DENSITY
+        gcn_module.SPARSE_FEATURE_DENSITY = -1.0
+        try:
+            out = self.inner(x, *graph)
+        finally:
+            gcn_module.SPARSE_FEATURE_DENSITY = old
+        if self.inner.conv1.sparse_features(x) is not None:
+            raise RuntimeError("corgnn:dense-x ablation ineffective: corgnn still uses the features as sparse")
+        self._checked = True
+        return out
+
+    def schemes(self) -> list[str]:
+        return self.inner.schemes()
+
+
+def _fused_gat_reason(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return "PyG's FusedGATConv runs dgNN's CUDA kernels only; this run is on CPU"
+    try:
+        import dgNN  # noqa: F401
+    except ImportError:
+        return "dgNN is not installed (needed by PyG's FusedGATConv)"
+    return None
+
+
+def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: int | None = None):
+    """Module and forward inputs of one variant.
+
+    Args:
+        variant: see the module docstring.
+        model: ``"gcn"`` (2-layer GCN, ReLU), ``"gat"`` (2-layer 8-head GAT, ELU) or
+            ``"gcn-layer"`` (one GCN layer ``m -> hidden``).
+        g: the dataset.
+        hidden: hidden width (per head for GAT; the output width for a layer).
+        out_channels: output width of the full networks (default ``g.num_classes``).
+
+    Returns:
+        ``(module, inputs)`` with ``module(*inputs)`` one forward pass.
+
+    Raises:
+        Unavailable: the variant cannot run here (reason in the message).
+        ValueError: unknown variant or model.
+    """
+    import corgnn.nn as cnn
+
+    if model not in ("gcn", "gat", "gcn-layer"):
+        raise ValueError(f"model must be 'gcn', 'gat' or 'gcn-layer', got {model!r}")
+    c = g.num_classes if out_channels is None else out_channels
+    m, device = g.m, g.x.device
+    if variant == "corgnn" or variant.startswith("corgnn:"):
+        opts = _corgnn_options(variant, model)
+        if model == "gcn":
+            mod = cnn.GCN(m, hidden, c, **opts)
+        elif model == "gcn-layer":
+            mod = cnn.GCNConv(m, hidden, **opts)
+        else:
+            mod = cnn.GAT(m, hidden, c, heads=GAT_HEADS, out_heads=GAT_HEADS, **opts)
+        if variant == "corgnn:dense-x":
+            if model == "gcn-layer":
+                raise ValueError("corgnn:dense-x applies to the full GCN/GAT models")
+            mod = DenseFeatures(mod)
+        return mod.to(device), (g.x, g.edge_index)
+    if variant not in PYG_VARIANTS + ("pyg-fused",):
+        raise ValueError(f"unknown variant {variant!r}; choose corgnn[:...] or one of {PYG_VARIANTS + ('pyg-fused',)}")
+    if variant == "pyg-fused":
+        if model != "gat":
+            raise Unavailable("pyg-fused exists for GAT only")
+        reason = _fused_gat_reason(device)
+        if reason:
+            raise Unavailable(reason)
+        return PygGAT(m, hidden, c, fused=True).to(device), (g.x,) + tuple(g.fused_gat_graph)
+    if model == "gcn":
+        mod = PygGCN(m, hidden, c)
+    elif model == "gcn-layer":
+        from torch_geometric.nn import GCNConv
+
+        mod = GCNConv(m, hidden, cached=True)
+    else:
+        mod = PygGAT(m, hidden, c)
+    mod = mod.to(device)
+    graph = g.adj_t if variant == "pyg-csr" else g.edge_index
+    if variant == "pyg-coo-compiled":
+        # NOTE: one eager call first fills GCNConv's normalisation cache (cached=True);
+        # compiling afterwards traces the steady-state branch only, instead of
+        # compiling the first-call branch and recompiling on the second call.
+        with torch.no_grad():
+            mod(g.x, graph)
+        mod = torch.compile(mod)
+    return mod, (g.x, graph)
+
+
+def _corgnn_options(variant: str, model: str) -> dict:
+    """Constructor options of a ``corgnn[:...]`` variant."""
+    if variant in ("corgnn", "corgnn:dense-x"):
+        return {}
+    spec = variant.split(":", 1)[1]
+    if spec.startswith("format="):
+        return {"format": spec.split("=", 1)[1]}
+    if spec.startswith("cache="):
+        if model != "gat":
+            raise ValueError(f"{variant}: cache= applies to GAT only")
+        return {"cache": spec.split("=", 1)[1]}
+    if model == "gat":
+        raise ValueError(f"{variant}: GAT variants are corgnn:cache=<scheme> or corgnn:format=<fmt>")
+    return {"scheme": spec}
+
+
+def estimate_step_bytes(variant: str, model: str, g: GraphData, hidden: int) -> int:
+    """Rough estimate (bytes, on the high side) of the peak one training step allocates.
+
+    Used only to skip cells that would exhaust RAM (recorded as missing points). The
+    gather/scatter variants materialise per-edge messages of ``width`` floats (the
+    widest layer's: ``max(hidden, classes)`` for GCN, ``heads x`` that for GAT) for
+    each of the ``q + n`` edges (self-loops included): PyG's COO GCN keeps about two such tensors alive at its
+    peak and PyG's GATs (COO, CSR and compiled alike) about four; the estimate
+    allows 3 and 5. Every variant also holds node-sized arrays: about eight
+    ``n x max(m, width)``. (Measured on the synthetic OGB-Arxiv: PyG COO GCN at
+    hidden 256 peaks at 2.9 GiB, estimated 5.1 GiB; PyG GAT at hidden 8, 7.6 GiB,
+    estimated 9.9 GiB.)
+    """
+    # the widest layer: hidden, or the output layer (classes; 8 x 40 per edge for the GAT on OGB-Arxiv)
+    width = max(hidden, g.num_classes) * (GAT_HEADS if model == "gat" else 1)
+    e = g.q + g.n
+    if model == "gat" and variant in PYG_VARIANTS:
+        per_edge = 5
+    elif variant == "pyg-coo":
+        per_edge = 3
+    else:
+        per_edge = 0
+    return 4 * (per_edge * e * width + 8 * g.n * max(g.m, width))
