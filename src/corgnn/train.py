@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
@@ -124,6 +124,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         loss = torch.nn.functional.cross_entropy(out[masks[0]], y[masks[0]])
         loss.backward()
         opt.step()
+        schemes = model.schemes() if hasattr(model, "schemes") else []  # the training call's choice
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
@@ -135,11 +136,6 @@ def train(cfg: TrainConfig) -> TrainResult:
             best = (accs[1], epoch, accs)
         if bar is not None:
             bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{accs[1]:.3f}", best_test=f"{best[2][2]:.3f}")
-    schemes = model.schemes() if hasattr(model, "schemes") else []
-    # the schemes of the last *training* call are what matter; re-plan in train mode
-    model.train()
-    out = model(x, graph)
-    schemes = model.schemes() if hasattr(model, "schemes") else schemes
     _, best_epoch, (tr, va, te) = best
     return TrainResult(
         dataset=data.name,
@@ -174,23 +170,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    cfg = TrainConfig(
-        dataset=args.dataset,
-        model=args.model,
-        root=args.root,
-        hidden=args.hidden,
-        heads=args.heads,
-        dropout=args.dropout,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        epochs=args.epochs,
-        seed=args.seed,
-        scheme=args.scheme,
-        format=args.format,
-        device=args.device,
-        normalize_features=not args.no_normalize_features,
-        progress=not args.no_progress,
-    )
+    opts = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
+    cfg = TrainConfig(**opts, normalize_features=not args.no_normalize_features, progress=not args.no_progress)
     res = train(cfg)
     print(
         f"{res.model.upper()} on {res.dataset}: train {res.train_acc:.4f}  val {res.val_acc:.4f}  "

@@ -56,7 +56,7 @@ class GCNFunction(torch.autograd.Function):
         else:
             ax = spmm(A, x)
             out = torch.addmm(bias, ax, weight.t()) if bias is not None else torch.mm(ax, weight.t())
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        need_x, need_w = ctx.needs_input_grad[:2]
         ctx.A, ctx.scheme, ctx.xs = A, scheme, None
         keep_feat = None
         if need_w:
