@@ -9,7 +9,8 @@ import torch
 
 from corgnn.graph import Graph
 from corgnn.sparse import COO, CSR, ELL, Hybrid, convert, edge_softmax, sddmm, spmm
-from corgnn.sparse import cpu, ops
+from corgnn.sparse import ops, use_backend
+from corgnn.sparse.backends import numba_kernels as cpu
 from corgnn.sparse.ell import hybrid_threshold
 
 FORMATS = ["csr", "csc", "coo", "coo-unsorted", "ell", "hybrid", "hybrid-t1"]
@@ -77,11 +78,11 @@ def dense(A, val=None) -> torch.Tensor:
     return out
 
 
-@pytest.fixture(params=[False, True], ids=["numba", "torch-fallback"])
-def backend(request, monkeypatch):
-    """Run each test on the Numba kernels and on the torch fallback (the CUDA path)."""
-    monkeypatch.setattr(ops, "_FORCE_TORCH", request.param)
-    return request.param
+@pytest.fixture(params=["numba", "torch"])
+def backend(request):
+    """Run each test on the Numba kernels and on the torch reference backend."""
+    with use_backend(request.param):
+        yield request.param
 
 
 # ------------------------------------------------------------------------- SpMM
@@ -318,10 +319,8 @@ def test_ell_validation():
         ELL(torch.zeros(4, 2, dtype=torch.int32), torch.zeros(3, dtype=torch.long), None, (4, 4))
     with pytest.raises(ValueError, match="values must have shape"):
         ELL(torch.zeros(2, 1, dtype=torch.int32), torch.ones(2, dtype=torch.long), torch.ones(3), (2, 2))
-    with pytest.raises(ValueError, match="convert_to"):
-        from corgnn.sparse.ell import convert_to
-
-        convert_to(CSR.from_coo(torch.tensor([0]), torch.tensor([0]), None, (1, 1)), "csr2")
+    with pytest.raises(ValueError, match="format must be one of"):
+        CSR.from_coo(torch.tensor([0]), torch.tensor([0]), None, (1, 1)).to("csr2")
 
 
 # ---------------------------------------------------------------------- errors

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from ._validate import check_edge_index, check_edge_weight
-from .sparse.formats import CSR, SparseFormat, convert
+from .sparse.formats import CSR, SparseFormat
+from .sparse.registry import convert
 
 __all__ = ["Graph", "GraphCache", "as_graph"]
 

@@ -164,7 +164,7 @@ def gat_conv(
     if isinstance(dropout, DropoutSpec):
         drop = dropout if training else NO_DROPOUT
     else:
-        drop = DropoutSpec(dropout) if (training and dropout > 0) else NO_DROPOUT
+        drop = DropoutSpec(dropout, device=weight.device) if (training and dropout > 0) else NO_DROPOUT
     tensors = (x, weight, att_src, att_dst, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return GATFunction.apply(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, cache, xs)

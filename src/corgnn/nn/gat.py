@@ -12,7 +12,7 @@ from torch_geometric.nn.inits import glorot, zeros
 from ..cost.gat import GATPlan, parse_cache, plan_gat
 from ..functional.gat import gat_conv
 from ..graph import Graph, GraphCache
-from ..sparse.formats import FORMAT_NAMES
+from ..sparse.registry import check_format_name
 from .gcn import _FeatureCache, _LayerInputs, dropout
 
 __all__ = ["GATConv", "GAT", "convert_pyg_gat"]
@@ -95,8 +95,7 @@ class GATConv(_LayerInputs, nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if cache != "auto":
             cache = parse_cache(cache)
-        if format != "auto" and format not in FORMAT_NAMES:
-            raise ValueError(f"format must be 'auto' or one of {FORMAT_NAMES}, got {format!r}")
+        check_format_name(format, allow_auto=True)
         if memory_budget is not None and (not isinstance(memory_budget, int) or memory_budget < 0):
             raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat

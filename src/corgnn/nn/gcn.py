@@ -14,7 +14,8 @@ from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
 from ..cost.io import choose_format
 from ..functional.gcn import GCNFunction
 from ..graph import Graph, GraphCache
-from ..sparse.formats import CSR, FORMAT_NAMES, SparseFormat
+from ..sparse.formats import CSR, SparseFormat
+from ..sparse.registry import check_format_name
 
 __all__ = ["GCNConv", "GCN", "dropout"]
 
@@ -181,8 +182,7 @@ class GCNConv(_LayerInputs, nn.Module):
             raise ValueError(f"in_channels and out_channels must be positive, got {in_channels}, {out_channels}")
         if scheme != "auto":
             parse_scheme(scheme)
-        if format != "auto" and format not in FORMAT_NAMES:
-            raise ValueError(f"format must be 'auto' or one of {FORMAT_NAMES}, got {format!r}")
+        check_format_name(format, allow_auto=True)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.scheme, self.format = scheme, format
         self.improved, self.add_self_loops, self.normalize = improved, add_self_loops, normalize

@@ -1,7 +1,7 @@
 """ELLPACK (ELL) and hybrid CSR+COO formats.
 
 Paper appendix "Sparse Formats" (§ELLPACK Format, §Hybrid Formats). Both are built
-from a CSR (:func:`convert_to`, reached through :func:`corgnn.sparse.convert` or
+from a CSR (``from_csr``, reached through :func:`corgnn.sparse.convert` or
 ``Graph.gcn_adjacency(format="ell" | "hybrid")``, which caches the result per graph),
 and convert back with ``to_csr()`` / ``to_coo()``.
 
@@ -43,7 +43,7 @@ import torch
 
 from .formats import COO, CSR, SparseFormat, _check_values, _nbytes, _ptr_from_sorted
 
-__all__ = ["ELL", "Hybrid", "convert_to", "hybrid_threshold", "HYBRID_PERCENTILE"]
+__all__ = ["ELL", "Hybrid", "hybrid_threshold", "HYBRID_PERCENTILE"]
 
 #: Percentile of the row lengths used as the hybrid CSR-part width ``t``.
 HYBRID_PERCENTILE = 90.0
@@ -110,6 +110,10 @@ class ELL(SparseFormat):
         out = ELL(col, lengths.contiguous(), csr.val, csr.shape)
         out._csr = csr
         return out
+
+    @classmethod
+    def from_format(cls, A):
+        return cls.from_csr(A.to_csr())
 
     @property
     def nnz(self) -> int:
@@ -235,6 +239,10 @@ class Hybrid(SparseFormat):
         out._csr = csr
         return out
 
+    @classmethod
+    def from_format(cls, A):
+        return cls.from_csr(A.to_csr())
+
     @property
     def nnz(self) -> int:
         return self.csr_pos.numel()
@@ -293,17 +301,3 @@ class Hybrid(SparseFormat):
         out = Hybrid(head, tail, self.t, self.csr_pos, val, self.shape)
         out._plans = self._plans  # pattern-only caches: csr_order, the CSR pattern, plans
         return out
-
-
-def convert_to(A: SparseFormat, name: str) -> SparseFormat:
-    """``A`` as ``"ell"`` or ``"hybrid"`` (via its CSR, cached on ``A`` when a CSR).
-
-    Raises:
-        ValueError: ``name`` is neither ``"ell"`` nor ``"hybrid"``.
-    """
-    if name not in ("ell", "hybrid"):
-        raise ValueError(f"convert_to handles 'ell' and 'hybrid', got {name!r}")
-    if A.name == name:
-        return A
-    csr = A.to_csr()
-    return ELL.from_csr(csr) if name == "ell" else Hybrid.from_csr(csr)

@@ -23,9 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["SparseFormat", "COO", "CSR", "CSC", "FORMAT_NAMES", "convert"]
-
-FORMAT_NAMES = ("coo", "csr", "csc", "ell", "hybrid")
+__all__ = ["SparseFormat", "COO", "CSR", "CSC"]
 
 
 def _nbytes(*tensors) -> int:
@@ -61,6 +59,20 @@ class SparseFormat:
     name: str = "?"
     shape: tuple[int, int]
     val: torch.Tensor | None
+
+    registry: dict[str, type] = {}
+    """Every format class by :attr:`name`, filled as each class is defined (the
+    public view is :data:`corgnn.sparse.FORMATS`)."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.__dict__.get("name", "?") != "?":
+            SparseFormat.registry[cls.name] = cls
+
+    @classmethod
+    def from_format(cls, A: "SparseFormat") -> "SparseFormat":
+        """``A`` converted to this format (``A`` itself if it already is one)."""
+        raise NotImplementedError  # pragma: no cover - overridden
 
     @property
     def nnz(self) -> int:  # pragma: no cover - overridden
@@ -108,8 +120,15 @@ class SparseFormat:
         return self.to_csr().to_csc()
 
     def to(self, name: str) -> "SparseFormat":
-        """Convert to the format called ``name`` (one of :data:`FORMAT_NAMES`)."""
-        return convert(self, name)
+        """Convert to the format called ``name`` (a key of :attr:`registry`).
+
+        Raises:
+            ValueError: unknown format name.
+        """
+        cls = SparseFormat.registry.get(name)
+        if cls is None:
+            raise ValueError(f"format must be one of {tuple(SparseFormat.registry)}, got {name!r}")
+        return self if isinstance(self, cls) else cls.from_format(self)
 
     def to_dense(self) -> torch.Tensor:
         """Dense ``(n, m)`` matrix (duplicates summed); for tests and small graphs."""
@@ -154,6 +173,10 @@ class COO(SparseFormat):
 
     def to_coo(self) -> "COO":
         return self
+
+    @classmethod
+    def from_format(cls, A):
+        return A.to_coo()
 
     def _make_row_plan(self, transpose: bool):
         if self.sorted and not transpose:
@@ -253,6 +276,10 @@ class CSR(SparseFormat):
     def to_csr(self) -> "CSR":
         return self
 
+    @classmethod
+    def from_format(cls, A):
+        return A.to_csr()
+
     def to_csc(self) -> "CSC":
         """The same matrix in CSC, with ``perm`` back to this CSR's entry order (cached)."""
         if self._csc is None:
@@ -333,30 +360,13 @@ class CSC(SparseFormat):
     def to_csc(self) -> "CSC":
         return self
 
+    @classmethod
+    def from_format(cls, A):
+        return A.to_csc()
+
     def t(self) -> CSR:
         """``A^T`` as CSR sharing these arrays (no copy)."""
         return CSR(self.colptr, self.row, self.val, (self.shape[1], self.shape[0]))
 
     def with_values(self, val) -> "CSC":
         return CSC(self.colptr, self.row, val, self.shape, perm=self.perm)
-
-
-def convert(A: SparseFormat, name: str) -> SparseFormat:
-    """Convert ``A`` to format ``name`` (``"coo" | "csr" | "csc" | "ell" | "hybrid"``).
-
-    Raises:
-        ValueError: unknown format name.
-    """
-    if name not in FORMAT_NAMES:
-        raise ValueError(f"format must be one of {FORMAT_NAMES}, got {name!r}")
-    if A.name == name:
-        return A
-    if name == "coo":
-        return A.to_coo()
-    if name == "csr":
-        return A.to_csr()
-    if name == "csc":
-        return A.to_csc()
-    from . import ell  # ELL and hybrid live beside
-
-    return ell.convert_to(A, name)

@@ -1,7 +1,7 @@
 """Fused CPU kernels (Numba parallel JIT) of the multi-head GAT layer.
 
 Raw kernels: no autograd, no validation, no allocation of outputs; the wrappers in
-:mod:`corgnn.sparse.attention` check arguments, allocate and dispatch.
+:mod:`.numba_cpu` (the ``numba`` backend) allocate and call them.
 
 Paper: appendix "GAT Forward Pass", "GAT Backward Pass", "GAT Caching"; §"Multi-head
 GAT" (head dimension in the middle, ``(n, h, k)``, so one neighbour's values of all
@@ -11,7 +11,7 @@ order (its position in the caller's per-edge ``(q, h)`` arrays), ``s (n, h)`` so
 and ``d (n, h)`` destination node attention, ``y_e = s[c] + d[i]``, ``w = LeakyReLU(y)``,
 ``alpha = softmax_row(w)``.
 
-Like :mod:`corgnn.sparse.cpu`, every kernel walks a row plan ``(ptr, idx, perm)``
+Like :mod:`.numba_kernels`, every kernel walks a row plan ``(ptr, idx, perm)``
 (``perm`` empty = identity), is parallel (``prange``) over chunks of rows with about
 equal work (``chunks``: degrees are skewed), walks each row's entries with the head
 and the contiguous feature loops inside (one neighbour's ``h * k`` values are

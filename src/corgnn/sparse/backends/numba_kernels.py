@@ -1,7 +1,7 @@
 """CPU kernels (Numba parallel JIT): row plans, ELLPACK, COO.
 
 Raw kernels: no autograd, no validation, no allocation of outputs; the wrappers in
-:mod:`corgnn.sparse.ops` check arguments, allocate and dispatch.
+:mod:`.numba_cpu` (the ``numba`` backend) allocate and call them.
 
 Row-plan kernels (``*_rows``) walk a *row plan* ``(ptr, idx, perm)``: the
 compressed-row arrays of ``op(A)`` (``A`` for a CSR, ``A^T`` read from a CSC, ...)

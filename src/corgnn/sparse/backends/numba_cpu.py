@@ -1,0 +1,196 @@
+"""The ``numba`` backend: parallel Numba kernels on CPU tensors (float32 / float64).
+
+Each method implements the custom op of the same name (:mod:`corgnn.sparse.library`)
+on NumPy views of the tensors (no copies; contiguous inputs are made contiguous
+once), allocating the outputs as torch tensors. The kernels themselves are
+:mod:`.numba_kernels` (SpMM / SDDMM / softmax per format) and
+:mod:`.numba_gat_kernels` (the fused GAT passes).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+from ..dispatch import Backend, Case
+from . import numba_gat_kernels as gk
+from . import numba_kernels as k
+
+__all__ = ["NumbaBackend"]
+
+_DTYPES = (torch.float32, torch.float64)
+_NOPERM = np.empty(0, dtype=np.int64)
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+def _perm(perm) -> np.ndarray:
+    return _NOPERM if perm is None else _np(perm)
+
+
+def _vals(val, dense: torch.Tensor) -> np.ndarray:
+    """Values as an array, or an empty one (all-ones pattern) shaped for the kernel."""
+    if val is None:
+        return np.empty((0,) * (dense.dim() - 1), dtype=_np_dtype(dense.dtype))
+    return _np(val)
+
+
+def _np_dtype(dtype: torch.dtype):
+    return np.float32 if dtype == torch.float32 else np.float64
+
+
+def _scalar(v: float, dtype: torch.dtype):
+    """``v`` as a NumPy scalar of ``dtype`` (so float32 kernels compute in float32)."""
+    return _np_dtype(dtype)(v)
+
+
+def _chunks() -> int:
+    """Entry chunks of the COO kernel: 8 per thread, so a slow thread is caught up."""
+    return 8 * numba.get_num_threads()
+
+
+def _row_chunks(ptr: np.ndarray) -> np.ndarray:
+    """``(T+1,)`` row boundaries splitting rows into parallel tasks of about equal
+    ``entries + rows`` (degrees are skewed: equal row counts would leave one thread
+    with the hubs)."""
+    n = ptr.shape[0] - 1
+    tasks = max(1, min(n, 16 * numba.get_num_threads()))
+    work = ptr + np.arange(n + 1)  # entries + rows before each row, increasing
+    chunks = np.searchsorted(work, np.linspace(0, work[-1], tasks + 1), side="left").astype(np.int64)
+    chunks[0], chunks[-1] = 0, n
+    return chunks
+
+
+def _walk(ptr, idx, perm):
+    p = _np(ptr)
+    return p, _np(idx), _perm(perm), _row_chunks(p)
+
+
+def _seed(p: float, seed: torch.Tensor, dtype) -> tuple:
+    """``(thresh, scale, seed_lo, seed_hi)`` of attention dropout as the kernels take them."""
+    from ..attention import dropout_kernel_args
+
+    thresh, scale, lo, hi = dropout_kernel_args(p, seed)
+    return thresh, _scalar(scale, dtype), lo, hi
+
+
+class NumbaBackend(Backend):
+    """Numba kernels for every op, CPU tensors, float32 and float64."""
+
+    name = "numba"
+
+    def supports(self, case: Case) -> str | None:
+        if case.device != "cpu":
+            return f"runs on CPU tensors only, got {case.device}"
+        if case.dtype not in _DTYPES:
+            return f"kernels are compiled for float32/float64, got {case.dtype}"
+        return None
+
+    # SpMM -------------------------------------------------------------------
+    def spmm_rows(self, ptr, idx, perm, val, B):
+        out = torch.empty((ptr.numel() - 1,) + tuple(B.shape[1:]), dtype=B.dtype)
+        kern = k.spmm_rows if B.dim() == 2 else k.spmm_rows_heads
+        kern(_np(ptr), _np(idx), _vals(val, B), _perm(perm), _np(B), out.numpy())
+        return out
+
+    def spmm_ell(self, col, lengths, V, B):
+        out = torch.empty((col.size(0),) + tuple(B.shape[1:]), dtype=B.dtype)
+        Vn = np.empty((0, 0, 1)[: B.dim()], dtype=_np_dtype(B.dtype)) if V is None else _np(V)
+        (k.spmm_ell if B.dim() == 2 else k.spmm_ell_heads)(_np(col), _np(lengths), Vn, _np(B), out.numpy())
+        return out
+
+    def spmm_hybrid(self, head_ptr, head_col, tail_row, tail_col, val, B):
+        heads = B.dim() == 3
+        out = torch.empty((head_ptr.numel() - 1,) + tuple(B.shape[1:]), dtype=B.dtype)
+        q1 = head_col.numel()
+        v, Bn, o = _vals(val, B), _np(B), out.numpy()
+        (k.spmm_rows_heads if heads else k.spmm_rows)(_np(head_ptr), _np(head_col), v[:q1], _NOPERM, Bn, o)
+        (k.spmm_coo_heads if heads else k.spmm_coo)(_np(tail_row), _np(tail_col), v[q1:], Bn, o, _chunks(), True)
+        return out
+
+    # SDDMM ------------------------------------------------------------------
+    def sddmm_rows(self, ptr, idx, perm, val, B, C):
+        out = torch.empty((idx.numel(),) + tuple(B.shape[1:-1]), dtype=B.dtype)
+        kern = k.sddmm_rows if B.dim() == 2 else k.sddmm_rows_heads
+        kern(_np(ptr), _np(idx), _vals(val, B), _perm(perm), _np(B), _np(C), out.numpy())
+        return out
+
+    def sddmm_coo(self, row, col, val, B, C):
+        out = torch.empty((row.numel(),) + tuple(B.shape[1:-1]), dtype=B.dtype)
+        (k.sddmm_coo if B.dim() == 2 else k.sddmm_coo_heads)(_np(row), _np(col), _vals(val, B), _np(B), _np(C), out.numpy())
+        return out
+
+    def sddmm_ell(self, col, lengths, offsets, val, B, C):
+        nnz = int(lengths.sum())
+        out = torch.empty((nnz,) + tuple(B.shape[1:-1]), dtype=B.dtype)
+        kern = k.sddmm_ell if B.dim() == 2 else k.sddmm_ell_heads
+        kern(_np(col), _np(lengths), _np(offsets), _vals(val, B), _np(B), _np(C), out.numpy())
+        return out
+
+    # softmax ----------------------------------------------------------------
+    def edge_softmax_rows(self, ptr, perm, scores):
+        out = torch.empty_like(scores, memory_format=torch.contiguous_format)
+        k.edge_softmax_rows(_np(ptr), _perm(perm), _np(scores), out.numpy())
+        return out
+
+    # GAT --------------------------------------------------------------------
+    def gat_node_scores(self, M, a_src, a_dst):
+        n, H, K = M.shape
+        s = torch.empty(n, H, dtype=M.dtype)
+        d = torch.empty(n, H, dtype=M.dtype)
+        gk.node_scores(_np(M), _np(a_src.reshape(H, K)), _np(a_dst.reshape(H, K)), s.numpy(), d.numpy())
+        return s, d
+
+    def gat_attention(self, ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
+        n, H, K = M.shape
+        q, dt = idx.numel(), M.dtype
+        alpha = torch.empty(q, H, dtype=dt)
+        leaky = torch.empty(q if want_leaky else 0, H, dtype=torch.bool)
+        out = torch.empty(ptr.numel() - 1, H, K, dtype=dt)
+        thresh, scale, lo, hi = _seed(p, seed, dt)
+        gk.gat_forward_rows(
+            *_walk(ptr, idx, perm), _np(s), _np(d), _np(M), _scalar(negative_slope, dt),
+            thresh, scale, lo, hi, alpha.numpy(), leaky.numpy(), out.numpy(),
+        )
+        return out, alpha, leaky
+
+    def gat_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
+        n, H, K = M.shape
+        q, dt = idx.numel(), M.dtype
+        thresh, scale, lo, hi = _seed(p, seed, dt)
+        have_cache = alpha is not None and leaky is not None
+        none = np.empty((0, H), dtype=_np_dtype(dt))
+        alpha_np = _np(alpha) if have_cache else none
+        leaky_np = _np(leaky) if have_cache else np.empty((0, H), dtype=np.bool_)
+        s_np = _np(s) if s is not None else none
+        d_np = _np(d) if d is not None else none
+        # the dropped attention is written out unless the cached alpha can be read as is
+        alpha_d = torch.empty(q if (p > 0 or not have_cache) else 0, H, dtype=dt)
+        dy = torch.empty(q, H, dtype=dt)
+        dd = torch.empty(n, H, dtype=dt)
+        Gn, Mn = _np(G), _np(M)
+        gk.gat_backward_rows(
+            *_walk(ptr, idx, perm), Gn, Mn, alpha_np, leaky_np, s_np, d_np,
+            _scalar(negative_slope, dt), thresh, scale, lo, hi, alpha_d.numpy(), dy.numpy(), dd.numpy(),
+        )
+        dM = torch.empty(n, H, K, dtype=dt)
+        ds = torch.empty(n, H, dtype=dt)
+        ad_np = alpha_d.numpy() if alpha_d.size(0) else alpha_np
+        gk.gat_backward_cols(
+            *_walk(tptr, tidx, tperm), Gn, ad_np, dy.numpy(), dd.numpy(),
+            _np(a_src.reshape(H, K)), _np(a_dst.reshape(H, K)), dM.numpy(), ds.numpy(),
+        )
+        return dM, ds, dd
+
+    def gat_head_weighted_sums(self, w1, w2, M):
+        n, H, K = M.shape
+        T = max(1, min(4 * numba.get_num_threads(), n))
+        part1 = torch.empty(T, H, K, dtype=M.dtype)
+        part2 = torch.empty(T, H, K, dtype=M.dtype)
+        out1 = torch.empty(H, K, dtype=M.dtype)
+        out2 = torch.empty(H, K, dtype=M.dtype)
+        gk.head_weighted_sums(_np(w1), _np(w2), _np(M), part1.numpy(), part2.numpy(), out1.numpy(), out2.numpy())
+        return out1, out2

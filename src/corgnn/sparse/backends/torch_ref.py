@@ -1,0 +1,157 @@
+"""The ``torch`` backend: every op in plain torch ops, any device and floating dtype.
+
+The portable reference (and the fallback where no kernel backend runs a case):
+gathers and ``index_add_`` over the row plan. It builds the ``(q, f)`` (or
+``(q, h, f)``) message tensor the fused kernels avoid, the memory and traffic the
+paper removes, so dispatch tries it last. Half-precision inputs (bfloat16,
+float16) are computed in float32 and returned in their own dtype, as cuSPARSE and
+PyG accumulate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..dispatch import Backend, Case
+
+__all__ = ["TorchBackend"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _rows(ptr: torch.Tensor) -> torch.Tensor:
+    """Row of every walked entry ``(nnz,)`` int64."""
+    counts = ptr[1:] - ptr[:-1]
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts)
+
+
+def _endpoints(ptr, idx, perm):
+    """``(row, col)`` of every entry in the format's own order (scattered through ``perm``)."""
+    row = _rows(ptr)
+    if perm is None:
+        return row, idx
+    return torch.empty_like(row).index_copy_(0, perm, row), torch.empty_like(idx).index_copy_(0, perm, idx)
+
+
+def _f32(*ts):
+    return tuple(None if t is None else (t.float() if t.dtype in _HALF else t) for t in ts)
+
+
+def _spmm(row, col, val, B, n):
+    """``out[row[e]] += val[e] * B[col[e]]``; semi-batched when ``B`` is 3-D."""
+    msg = B.index_select(0, col)
+    if val is not None:
+        msg = msg * val.unsqueeze(-1)
+    return torch.zeros((n,) + tuple(B.shape[1:]), dtype=B.dtype, device=B.device).index_add_(0, row, msg)
+
+
+def _segment_softmax(w: torch.Tensor, row: torch.Tensor, n: int) -> torch.Tensor:
+    H = w.size(1)
+    mx = torch.full((n, H), float("-inf"), dtype=w.dtype, device=w.device)
+    mx = mx.scatter_reduce(0, row.unsqueeze(1).expand_as(w), w, "amax")
+    ex = (w - mx.index_select(0, row)).exp()
+    den = torch.zeros(n, H, dtype=w.dtype, device=w.device).index_add_(0, row, ex)
+    return ex / den.index_select(0, row)
+
+
+class TorchBackend(Backend):
+    """Reference implementation of every op in torch ops."""
+
+    name = "torch"
+
+    def supports(self, case: Case) -> str | None:
+        if not case.dtype.is_floating_point:
+            return f"needs floating values, got {case.dtype}"
+        return None
+
+    # SpMM -------------------------------------------------------------------
+    def spmm_rows(self, ptr, idx, perm, val, B):
+        dt = B.dtype
+        val, B = _f32(val, B)
+        if val is not None and perm is not None:
+            val = val.index_select(0, perm)
+        return _spmm(_rows(ptr), idx, val, B, ptr.numel() - 1).to(dt)
+
+    def spmm_ell(self, col, lengths, V, B):
+        dt = B.dtype
+        V, B = _f32(V, B)
+        mask = col >= 0  # row-major: ELL entry order
+        row = torch.arange(col.size(0), device=col.device).unsqueeze(1).expand_as(col)[mask]
+        val = None if V is None else V[mask]
+        return _spmm(row, col[mask].long(), val, B, col.size(0)).to(dt)
+
+    def spmm_hybrid(self, head_ptr, head_col, tail_row, tail_col, val, B):
+        dt = B.dtype
+        val, B = _f32(val, B)
+        row = torch.cat([_rows(head_ptr), tail_row])
+        return _spmm(row, torch.cat([head_col, tail_col]), val, B, head_ptr.numel() - 1).to(dt)
+
+    # SDDMM ------------------------------------------------------------------
+    def sddmm_coo(self, row, col, val, B, C):
+        dt = B.dtype
+        val, B, C = _f32(val, B, C)
+        out = (B.index_select(0, row) * C.index_select(0, col)).sum(-1)
+        return (out if val is None else out * val).to(dt)
+
+    def sddmm_rows(self, ptr, idx, perm, val, B, C):
+        row, col = _endpoints(ptr, idx, perm)
+        return self.sddmm_coo(row, col, val, B, C)
+
+    def sddmm_ell(self, col, lengths, offsets, val, B, C):
+        mask = col >= 0
+        row = torch.arange(col.size(0), device=col.device).unsqueeze(1).expand_as(col)[mask]
+        return self.sddmm_coo(row, col[mask].long(), val, B, C)
+
+    # softmax ----------------------------------------------------------------
+    def edge_softmax_rows(self, ptr, perm, scores):
+        row = _rows(ptr)
+        if perm is not None:
+            row = torch.empty_like(row).index_copy_(0, perm, row)
+        (s,) = _f32(scores)
+        return _segment_softmax(s, row, ptr.numel() - 1).to(scores.dtype)
+
+    # GAT --------------------------------------------------------------------
+    def gat_node_scores(self, M, a_src, a_dst):
+        H, K = M.shape[1:]
+        return (M * a_src.reshape(H, K)).sum(-1), (M * a_dst.reshape(H, K)).sum(-1)
+
+    def gat_attention(self, ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
+        from ..attention import dropout_keep_mask
+
+        n, H, _ = M.shape
+        dst, src = _endpoints(ptr, idx, perm)
+        y = s.index_select(0, src) + d.index_select(0, dst)
+        alpha = _segment_softmax(torch.nn.functional.leaky_relu(y, negative_slope), dst, ptr.numel() - 1)
+        ad = alpha
+        if p > 0:
+            ad = alpha * dropout_keep_mask(idx.numel(), H, p, seed, M.device).to(M.dtype) * (1.0 / (1.0 - p))
+        out = _spmm(dst, src, ad, M, ptr.numel() - 1)
+        leaky = (y > 0) if want_leaky else torch.empty(0, H, dtype=torch.bool, device=M.device)
+        return out, alpha, leaky
+
+    def gat_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
+        from ..attention import dropout_keep_mask
+
+        n, H, K = M.shape
+        dst, src = _endpoints(ptr, idx, perm)
+        if alpha is None or leaky is None:
+            y = s.index_select(0, src) + d.index_select(0, dst)
+            alpha = _segment_softmax(torch.nn.functional.leaky_relu(y, negative_slope), dst, n)
+            leaky = y > 0
+        dalpha = (G.index_select(0, dst) * M.index_select(0, src)).sum(-1)  # SDDMM
+        ad = alpha
+        if p > 0:
+            keep = dropout_keep_mask(idx.numel(), H, p, seed, M.device).to(M.dtype) * (1.0 / (1.0 - p))
+            dalpha = dalpha * keep
+            ad = alpha * keep
+        ad_dot = torch.zeros(n, H, dtype=M.dtype, device=M.device).index_add_(0, dst, alpha * dalpha)
+        dy = alpha * (dalpha - ad_dot.index_select(0, dst))
+        dy = torch.where(leaky, dy, dy * negative_slope)
+        dd = torch.zeros(n, H, dtype=M.dtype, device=M.device).index_add_(0, dst, dy)
+        ds = torch.zeros(n, H, dtype=M.dtype, device=M.device).index_add_(0, src, dy)
+        dM = _spmm(src, dst, ad, G, n)  # A_alpha^T G
+        dM += ds.unsqueeze(-1) * a_src.reshape(H, K) + dd.unsqueeze(-1) * a_dst.reshape(H, K)
+        return dM, ds, dd
+
+    def gat_head_weighted_sums(self, w1, w2, M):
+        return torch.einsum("nh,nhk->hk", w1, M), torch.einsum("nh,nhk->hk", w2, M)

@@ -1,0 +1,176 @@
+"""Backend dispatch: which implementation runs each sparse kernel.
+
+Every kernel of :mod:`corgnn.sparse.library` (a ``torch.library`` custom op) runs on
+one *backend*. A backend declares, per case, whether it can run it, and when it
+cannot, *why* (the pattern of xformers' ``ops/fmha/dispatch.py``):
+
+* ``numba``:  parallel Numba kernels on CPU tensors (float32/float64).
+* ``torch``:  the portable reference in plain torch ops (gather / ``index_add_``),
+  any device and floating dtype; it materialises the ``(q, f)`` messages the
+  fused kernels avoid, so it is the fallback, never the first choice.
+* ``triton``: the slot for GPU kernels (:mod:`corgnn.sparse.backends.triton`).
+
+Dispatch walks :data:`PRIORITY` for the tensors' device and takes the first
+backend whose ``supports(case)`` returns ``None``. The public controls force one:
+
+* :func:`use_backend` (context manager, this thread) and
+* the environment variable ``CORGNN_BACKEND=name`` (process-wide, read per call).
+
+A forced backend that cannot run a case raises ``ValueError`` listing every
+backend's reason; nothing silently falls back. :func:`available_backends` says which
+backends are usable on this machine at all.
+
+Dispatch happens *inside* the custom ops, at run time: ``torch.compile`` sees one
+opaque op per kernel (its fake implementation gives the output shapes), and the
+backend choice, including a :func:`use_backend` around a compiled model's call,
+is made when the op runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+__all__ = ["Case", "Backend", "register_backend", "use_backend", "available_backends", "select", "PRIORITY", "ENV_VAR"]
+
+ENV_VAR = "CORGNN_BACKEND"
+
+PRIORITY: dict[str, tuple[str, ...]] = {
+    "cpu": ("numba", "torch"),
+    "cuda": ("triton", "torch"),
+}
+"""Backends tried in order, per device type; other device types use ``("torch",)``."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """What a backend must be able to run: the op, the device type, the value dtype,
+    and the head layout (``heads=None`` single-head 2-D operands, else the number of
+    heads of semi-batched 3-D operands)."""
+
+    op: str
+    device: str
+    dtype: torch.dtype
+    heads: int | None = None
+
+    def __str__(self) -> str:
+        layout = "single-head" if self.heads is None else f"semi-batched ({self.heads} heads)"
+        return f"{self.op} on {self.device} {str(self.dtype).replace('torch.', '')} {layout}"
+
+
+class Backend:
+    """One implementation of the kernels.
+
+    Subclasses set :attr:`name`, implement :meth:`unavailable` (why the backend
+    cannot run on this machine at all, or ``None``), :meth:`supports` (why it
+    cannot run one case, or ``None``) and provide each op as a method of the same
+    name (``spmm_rows``, ``sddmm_rows``, ...; see :mod:`corgnn.sparse.library`).
+    """
+
+    name = "?"
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def supports(self, case: Case) -> str | None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def kernel(self, op: str) -> Callable:
+        return getattr(self, op)
+
+
+_BACKENDS: dict[str, Backend] = {}
+_local = threading.local()
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Add ``backend`` to the registry (by its ``name``; a later one replaces it)."""
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
+def _registry() -> dict[str, Backend]:
+    if not _BACKENDS:
+        from . import backends  # noqa: F401  (registers numba, torch, triton)
+    return _BACKENDS
+
+
+def available_backends() -> dict[str, str | None]:
+    """``{name: None}`` for each backend usable on this machine, ``{name: reason}`` else."""
+    return {name: b.unavailable() for name, b in _registry().items()}
+
+
+def _forced() -> str | None:
+    name = getattr(_local, "forced", None)
+    if name is None:
+        name = os.environ.get(ENV_VAR) or None
+    return name
+
+
+def _check_name(name: str) -> None:
+    if name not in _registry():
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(_registry())}")
+
+
+@contextlib.contextmanager
+def use_backend(name: str | None):
+    """Force backend ``name`` for every sparse kernel run inside the block (this thread).
+
+    ``None`` restores automatic dispatch inside the block (overriding
+    ``$CORGNN_BACKEND`` too). Nesting works; the innermost wins.
+
+    Raises:
+        ValueError: unknown backend name (at entry); inside the block, any kernel
+            the forced backend cannot run (listing every backend's reason).
+
+    Example:
+        >>> with corgnn.sparse.use_backend("torch"):
+        ...     y = corgnn.sparse.spmm(A, B)
+    """
+    if name is not None:
+        _check_name(name)
+    old = getattr(_local, "forced", None)
+    _local.forced = name if name is not None else ""
+    try:
+        yield
+    finally:
+        _local.forced = old
+
+
+def _reason(b: Backend, case: Case) -> str | None:
+    return b.unavailable() or b.supports(case)
+
+
+def select(case: Case) -> Backend:
+    """The backend that runs ``case``: the forced one, else the first in
+    :data:`PRIORITY` for the device that supports it.
+
+    Raises:
+        ValueError: no backend (or not the forced one) can run ``case``; the
+            message gives each backend's reason.
+    """
+    reg = _registry()
+    forced = _forced()
+    if forced:
+        _check_name(forced)
+        b = reg[forced]
+        if _reason(b, case) is None:
+            return b
+    else:
+        for name in PRIORITY.get(case.device, ("torch",)):
+            b = reg.get(name)
+            if b is not None and _reason(b, case) is None:
+                return b
+    why = "; ".join(f"{n}: {_reason(b, case) or 'supported'}" for n, b in reg.items())
+    head = f"backend {forced!r} (forced by use_backend/${ENV_VAR}) cannot run" if forced else "no backend can run"
+    raise ValueError(f"{head} {case}. Reasons: {why}")
+
+
+def run(op: str, case: Case, *args):
+    """Run ``op`` on the backend :func:`select` picks for ``case``."""
+    return select(case).kernel(op)(*args)

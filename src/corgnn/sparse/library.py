@@ -1,0 +1,219 @@
+"""The kernels as PyTorch custom ops (``torch.ops.corgnn.*``).
+
+Each op is registered with ``torch.library.custom_op`` and a fake (meta)
+implementation, so ``torch.compile`` treats it as one opaque op with known output
+shapes instead of tracing into Numba or Triton, and ``torch.library.opcheck``
+passes for each (``tests/test_library.py``). Its real implementation picks a
+backend at run time (:mod:`corgnn.sparse.dispatch`).
+
+These are raw kernels: tensors in, tensors out, no autograd (the differentiable
+public ops are :mod:`corgnn.sparse.ops`; the paper's hand-written backward passes
+are :mod:`corgnn.functional`), no validation beyond what the callers did. Index
+tensors are int64; value tensors share the dense operand's dtype.
+
+Row plans. Most ops walk a *row plan* ``(ptr, idx, perm)``: the compressed-row
+arrays of ``op(A)`` (``A`` or ``A^T``) and ``perm``, the position of each walked
+entry in the format's own value order (``None`` = identity); see
+:meth:`corgnn.sparse.SparseFormat.row_plan`. Per-entry outputs (SDDMM, softmax,
+attention) are written in the format's order. Values ``val=None`` mean all ones.
+
+==========================  ==============================================================
+op                          computes (``B``/``C``/``M`` 2-D ``(rows, f)`` or semi-batched 3-D ``(rows, h, f)``)
+==========================  ==============================================================
+``spmm_rows``               ``out[i] = sum_{w in row i} val[perm[w]] B[idx[w]]``
+``spmm_ell``                ELLPACK: ``out[i] = sum_{s < lengths[i]} V[i, s] B[col[i, s]]``
+``spmm_hybrid``             CSR part rows, then the row-sorted COO part added in
+``sddmm_rows``              ``out[perm[w]] = val[perm[w]] <B[i], C[idx[w]]>``
+``sddmm_coo``               ``out[e] = val[e] <B[row[e]], C[col[e]]>``
+``sddmm_ell``               as ``sddmm_rows`` over ELLPACK slots (``offsets`` = row starts)
+``edge_softmax_rows``       softmax of ``scores (nnz, h)`` over each row's entries
+``gat_node_scores``         ``s = <M, a_src>``, ``d = <M, a_dst>`` per node and head
+``gat_attention``           fused GAT forward: logits, LeakyReLU, softmax, dropout, SpMM
+``gat_attention_backward``  its backward (every caching scheme of Table 4)
+``gat_head_weighted_sums``  ``(sum_i w1[i,h] M[i,h], sum_i w2[i,h] M[i,h])``
+==========================  ==============================================================
+
+Paper: appendix "Common Sparse Operators" (Listings 1-2), "GAT Forward Pass",
+"GAT Backward Pass"; §"Multi-head GAT" (semi-batched layout).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.library import custom_op
+
+from .dispatch import Case, run
+
+__all__ = [
+    "spmm_rows",
+    "spmm_ell",
+    "spmm_hybrid",
+    "sddmm_rows",
+    "sddmm_coo",
+    "sddmm_ell",
+    "edge_softmax_rows",
+    "gat_node_scores",
+    "gat_attention",
+    "gat_attention_backward",
+    "gat_head_weighted_sums",
+    "OPS",
+]
+
+
+def _case(op: str, dense: Tensor, heads_dim: bool) -> Case:
+    return Case(op, dense.device.type, dense.dtype, dense.size(1) if heads_dim else None)
+
+
+def _out_rows(B: Tensor, rows) -> Tensor:
+    return B.new_empty((rows,) + tuple(B.shape[1:]))
+
+
+def _entries(B: Tensor, nnz) -> Tensor:
+    return B.new_empty((nnz,) if B.dim() == 2 else (nnz, B.shape[1]))
+
+
+# ----------------------------------------------------------------------------- SpMM
+
+
+@custom_op("corgnn::spmm_rows", mutates_args=())
+def spmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor) -> Tensor:
+    return run("spmm_rows", _case("spmm_rows", B, B.dim() == 3), ptr, idx, perm, val, B)
+
+
+@spmm_rows.register_fake
+def _(ptr, idx, perm, val, B):
+    return _out_rows(B, ptr.shape[0] - 1)
+
+
+@custom_op("corgnn::spmm_ell", mutates_args=())
+def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tensor:
+    return run("spmm_ell", _case("spmm_ell", B, B.dim() == 3), col, lengths, V, B)
+
+
+@spmm_ell.register_fake
+def _(col, lengths, V, B):
+    return _out_rows(B, col.shape[0])
+
+
+@custom_op("corgnn::spmm_hybrid", mutates_args=())
+def spmm_hybrid(head_ptr: Tensor, head_col: Tensor, tail_row: Tensor, tail_col: Tensor, val: Tensor | None, B: Tensor) -> Tensor:
+    return run("spmm_hybrid", _case("spmm_hybrid", B, B.dim() == 3), head_ptr, head_col, tail_row, tail_col, val, B)
+
+
+@spmm_hybrid.register_fake
+def _(head_ptr, head_col, tail_row, tail_col, val, B):
+    return _out_rows(B, head_ptr.shape[0] - 1)
+
+
+# ---------------------------------------------------------------------------- SDDMM
+
+
+@custom_op("corgnn::sddmm_rows", mutates_args=())
+def sddmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+    return run("sddmm_rows", _case("sddmm_rows", B, B.dim() == 3), ptr, idx, perm, val, B, C)
+
+
+@sddmm_rows.register_fake
+def _(ptr, idx, perm, val, B, C):
+    return _entries(B, idx.shape[0])
+
+
+@custom_op("corgnn::sddmm_coo", mutates_args=())
+def sddmm_coo(row: Tensor, col: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+    return run("sddmm_coo", _case("sddmm_coo", B, B.dim() == 3), row, col, val, B, C)
+
+
+@sddmm_coo.register_fake
+def _(row, col, val, B, C):
+    return _entries(B, row.shape[0])
+
+
+@custom_op("corgnn::sddmm_ell", mutates_args=())
+def sddmm_ell(col: Tensor, lengths: Tensor, offsets: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+    return run("sddmm_ell", _case("sddmm_ell", B, B.dim() == 3), col, lengths, offsets, val, B, C)
+
+
+@sddmm_ell.register_fake
+def _(col, lengths, offsets, val, B, C):
+    ctx = torch.library.get_ctx()
+    return _entries(B, ctx.new_dynamic_size())  # nnz = lengths.sum(), data-dependent
+
+
+# ---------------------------------------------------------------------- edge softmax
+
+
+@custom_op("corgnn::edge_softmax_rows", mutates_args=())
+def edge_softmax_rows(ptr: Tensor, perm: Tensor | None, scores: Tensor) -> Tensor:
+    return run("edge_softmax_rows", _case("edge_softmax_rows", scores, True), ptr, perm, scores)
+
+
+@edge_softmax_rows.register_fake
+def _(ptr, perm, scores):
+    return torch.empty_like(scores)
+
+
+# ------------------------------------------------------------------------------ GAT
+
+
+@custom_op("corgnn::gat_node_scores", mutates_args=())
+def gat_node_scores(M: Tensor, a_src: Tensor, a_dst: Tensor) -> tuple[Tensor, Tensor]:
+    return run("gat_node_scores", _case("gat_node_scores", M, True), M, a_src, a_dst)
+
+
+@gat_node_scores.register_fake
+def _(M, a_src, a_dst):
+    return M.new_empty(M.shape[:2]), M.new_empty(M.shape[:2])
+
+
+@custom_op("corgnn::gat_attention", mutates_args=())
+def gat_attention(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, s: Tensor, d: Tensor, M: Tensor,
+    negative_slope: float, p: float, seed: Tensor, want_leaky: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    return run("gat_attention", _case("gat_attention", M, True), ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky)
+
+
+@gat_attention.register_fake
+def _(ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
+    q, H = idx.shape[0], M.shape[1]
+    leaky = M.new_empty((q if want_leaky else 0, H), dtype=torch.bool)
+    return M.new_empty((ptr.shape[0] - 1,) + tuple(M.shape[1:])), M.new_empty((q, H)), leaky
+
+
+@custom_op("corgnn::gat_attention_backward", mutates_args=())
+def gat_attention_backward(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
+    G: Tensor, M: Tensor, a_src: Tensor, a_dst: Tensor,
+    alpha: Tensor | None, leaky: Tensor | None, s: Tensor | None, d: Tensor | None,
+    negative_slope: float, p: float, seed: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    return run(
+        "gat_attention_backward", _case("gat_attention_backward", M, True),
+        ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed,
+    )
+
+
+@gat_attention_backward.register_fake
+def _(ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
+    return torch.empty_like(M), M.new_empty(M.shape[:2]), M.new_empty(M.shape[:2])
+
+
+@custom_op("corgnn::gat_head_weighted_sums", mutates_args=())
+def gat_head_weighted_sums(w1: Tensor, w2: Tensor, M: Tensor) -> tuple[Tensor, Tensor]:
+    return run("gat_head_weighted_sums", _case("gat_head_weighted_sums", M, True), w1, w2, M)
+
+
+@gat_head_weighted_sums.register_fake
+def _(w1, w2, M):
+    return M.new_empty(M.shape[1:]), M.new_empty(M.shape[1:])
+
+
+OPS = {
+    op._name: op
+    for op in (
+        spmm_rows, spmm_ell, spmm_hybrid, sddmm_rows, sddmm_coo, sddmm_ell, edge_softmax_rows,
+        gat_node_scores, gat_attention, gat_attention_backward, gat_head_weighted_sums,
+    )
+}
+"""Every custom op by its short name (``torch.ops.corgnn.<name>``)."""
