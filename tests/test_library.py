@@ -1,0 +1,199 @@
+"""The operator layer: custom ops (opcheck), backend dispatch and its public controls,
+and the differentiable public ops (gradcheck in float64, second derivatives), for
+every format, single-head and semi-batched, on every backend that runs on CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from corgnn.graph import Graph
+from corgnn.sparse import available_backends, edge_softmax, sddmm, spmm, use_backend
+from corgnn.sparse import library as L
+from corgnn.sparse.attention import DropoutSpec
+from corgnn.sparse.dispatch import ENV_VAR, Case, select
+from test_sparse import FORMATS, build, dense, make_coo
+
+F64 = torch.float64
+CPU_BACKENDS = ["numba", "torch"]
+
+
+# ------------------------------------------------------------------- dispatch controls
+def test_available_backends_lists_reasons():
+    av = available_backends()
+    assert av["numba"] is None and av["torch"] is None
+    assert isinstance(av["triton"], str) and av["triton"]  # no GPU kernels here: a reason
+
+
+def test_default_dispatch_and_forcing():
+    case = Case("spmm_rows", "cpu", torch.float32)
+    assert select(case).name == "numba"
+    with use_backend("torch"):
+        assert select(case).name == "torch"
+        with use_backend(None):  # automatic again inside
+            assert select(case).name == "numba"
+    assert select(Case("spmm_rows", "cpu", torch.bfloat16)).name == "torch"  # numba declines, says why
+    assert select(Case("spmm_rows", "meta", torch.float32)).name == "torch"
+
+
+def test_forced_backend_that_cannot_run_lists_every_reason():
+    A = build("csr", *make_coo("odd"))
+    with use_backend("triton"):
+        with pytest.raises(ValueError, match=r"backend 'triton'.*numba: supported.*triton: "):
+            spmm(A, torch.randn(7, 3, dtype=F64))
+    with use_backend("numba"):
+        with pytest.raises(ValueError, match="numba: kernels are compiled for float32/float64"):
+            spmm(A.with_values(A.val.half()), torch.randn(7, 3).half())
+    with pytest.raises(ValueError, match="unknown backend 'cuda-magic'"):
+        with use_backend("cuda-magic"):
+            pass
+
+
+def test_env_var_forces_backend_process_wide():
+    code = (
+        "import torch; from corgnn.sparse.dispatch import select, Case; "
+        "print(select(Case('spmm_rows', 'cpu', torch.float32)).name)"
+    )
+    env = dict(os.environ, **{ENV_VAR: "torch"})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "torch"
+
+
+def test_half_precision_runs_on_torch_backend_in_float32():
+    row, col, val, shape = make_coo("odd", F64)
+    A = build("csr", row, col, val, shape)
+    B = torch.randn(shape[1], 5, dtype=F64)
+    for dt in (torch.bfloat16, torch.float16):
+        out = spmm(A.with_values(A.val.to(dt)), B.to(dt))
+        assert out.dtype == dt
+        torch.testing.assert_close(out.double(), dense(A) @ B, rtol=2e-2, atol=5e-2)
+
+
+# ------------------------------------------------------------------------------ opcheck
+def _op_samples():
+    """One realistic argument tuple per custom op (a CSR with empty rows and its CSC dual)."""
+    row, col, val, shape = make_coo("empty-rows", torch.float32)
+    csr = build("csr", row, col, val, shape)
+    ptr, idx, _ = csr.row_plan(False)
+    tptr, tidx, tperm = csr.row_plan(True)
+    n, m, f, H = shape[0], shape[1], 3, 2
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    ell = build("ell", row, col, val, shape)
+    hyb = build("hybrid-t1", row, col, val, shape)
+    seed = DropoutSpec(0.3, seed=5).seed
+    vals3 = r(csr.nnz, H)
+    return {
+        "spmm_rows": [(ptr, idx, None, csr.val, r(m, f)), (tptr, tidx, tperm, csr.val, r(n, f)), (ptr, idx, None, vals3, r(m, H, f)), (ptr, idx, None, None, r(m, f))],
+        "spmm_ell": [(ell.col, ell.lengths, ell.values_padded(), r(m, f)), (ell.col, ell.lengths, None, r(m, H, f))],
+        "spmm_hybrid": [(hyb.head.rowptr, hyb.head.col, hyb.tail.row, hyb.tail.col, hyb.val, r(m, f))],
+        "sddmm_rows": [(ptr, idx, None, csr.val, r(n, f), r(m, f)), (tptr, tidx, tperm, None, r(m, H, f), r(n, H, f))],
+        "sddmm_coo": [(row, col, val, r(n, f), r(m, f))],
+        "sddmm_ell": [(ell.col, ell.lengths, csr.rowptr[:-1], None, r(n, f), r(m, f))],
+        "edge_softmax_rows": [(ptr, None, r(csr.nnz, H)), (tptr, tperm, r(csr.nnz, 1))],
+        "gat_node_scores": [(r(n, H, f), r(H, f), r(H, f))],
+        "gat_attention": [(ptr, idx, None, r(n, H), r(n, H), r(n, H, f), 0.2, 0.0, seed, True), (ptr, idx, None, r(n, H), r(n, H), r(n, H, f), 0.2, 0.3, seed, False)],
+        "gat_attention_backward": [
+            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(H, f), r(H, f), None, None, r(n, H), r(n, H), 0.2, 0.3, seed),
+        ],
+        "gat_head_weighted_sums": [(r(n, H), r(n, H), r(n, H, f))],
+    }
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("name", sorted(L.OPS))
+def test_opcheck(name, backend):
+    samples = _op_samples()
+    assert set(samples) == set(L.OPS), "every custom op needs an opcheck sample"
+    with use_backend(backend):
+        for args in samples[name]:
+            torch.library.opcheck(L.OPS[name], args)
+
+
+# ---------------------------------------------------------------- autograd of public ops
+def _mat(fmt, case="odd", seed=0):
+    row, col, val, shape = make_coo(case, F64, seed)
+    return build(fmt, row, col, val, shape)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("heads", [None, 2])
+def test_spmm_gradcheck(fmt, heads, backend):
+    A = _mat(fmt)
+    n, m = A.shape
+    g = torch.Generator().manual_seed(1)
+    vshape = (A.nnz,) if heads is None else (A.nnz, heads)
+    val = torch.randn(vshape, generator=g, dtype=F64, requires_grad=True)
+    with use_backend(backend):
+        for transpose in (False, True):
+            rows_in = n if transpose else m
+            B = torch.randn((rows_in, 3) if heads is None else (rows_in, heads, 3), generator=g, dtype=F64, requires_grad=True)
+            assert torch.autograd.gradcheck(lambda B, v: spmm(A, B, transpose=transpose, values=v), (B, val))
+            assert torch.autograd.gradgradcheck(lambda B, v: spmm(A, B, transpose=transpose, values=v), (B, val))
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("heads", [None, 2])
+def test_sddmm_gradcheck(fmt, heads, backend):
+    A = _mat(fmt)
+    n, m = A.shape
+    g = torch.Generator().manual_seed(2)
+    if heads is None:
+        B, C, vshape = torch.randn(n, 3, generator=g, dtype=F64), torch.randn(3, m, generator=g, dtype=F64), (A.nnz,)
+    else:
+        B, C, vshape = torch.randn(n, heads, 3, generator=g, dtype=F64), torch.randn(m, heads, 3, generator=g, dtype=F64), (A.nnz, heads)
+    val = torch.randn(vshape, generator=g, dtype=F64)
+    args = tuple(t.requires_grad_() for t in (B, C, val))
+    with use_backend(backend):
+        assert torch.autograd.gradcheck(lambda B, C, v: sddmm(A, B, C, values=v), args)
+        assert torch.autograd.gradgradcheck(lambda B, C, v: sddmm(A, B, C, values=v), args)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("heads", [None, 3])
+def test_edge_softmax_gradcheck(fmt, heads, backend):
+    A = _mat(fmt, "empty-rows")
+    g = torch.Generator().manual_seed(3)
+    s = torch.randn((A.nnz,) if heads is None else (A.nnz, heads), generator=g, dtype=F64, requires_grad=True)
+    with use_backend(backend):
+        assert torch.autograd.gradcheck(lambda s: edge_softmax(A, s), (s,))
+        assert torch.autograd.gradgradcheck(lambda s: edge_softmax(A, s), (s,))
+
+
+def test_gradient_flows_to_format_values():
+    """With ``values=None`` the matrix's own ``A.val`` is the differentiable value tensor."""
+    row, col, val, shape = make_coo("duplicates", F64)
+    val.requires_grad_()
+    A = build("csr", row, col, val, shape)  # A.val is a differentiable function of val
+    B = torch.randn(shape[1], 4, dtype=F64)
+    spmm(A, B).sum().backward()
+    coo = A.to_coo()
+    want = B.sum(1).index_select(0, col)  # d/dval_e of sum(A B) = sum_k B[col_e, k]
+    torch.testing.assert_close(val.grad, want)
+    assert coo.nnz == val.numel()
+
+
+def test_public_ops_on_gat_pattern_match_dense_autograd():
+    ei = torch.tensor([[0, 1, 2, 3, 3], [1, 2, 0, 0, 1]])
+    A = Graph(ei, num_nodes=4).gat_adjacency()
+    s = torch.randn(A.nnz, 2, dtype=F64, requires_grad=True)
+    alpha = edge_softmax(A, s)
+    M = torch.randn(4, 2, 3, dtype=F64, requires_grad=True)
+    out = spmm(A, M, values=alpha)
+    (out ** 2).sum().backward()
+    coo = A.to_coo()
+    s2 = s.detach().clone().requires_grad_()
+    M2 = M.detach().clone().requires_grad_()
+    logits = torch.full((2, 4, 4), float("-inf"), dtype=F64).index_put((torch.arange(2).repeat_interleave(A.nnz), coo.row.repeat(2), coo.col.repeat(2)), s2.t().reshape(-1))
+    ref = torch.einsum("hij,jhk->ihk", torch.nan_to_num(torch.softmax(logits, -1), nan=0.0), M2)
+    (ref ** 2).sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(s.grad, s2.grad)
+    torch.testing.assert_close(M.grad, M2.grad)
