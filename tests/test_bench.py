@@ -1,4 +1,5 @@
-"""``corgnn bench``: the harness on tiny graphs and a tiny run of every experiment.
+"""``corgnn bench``: the harness on tiny graphs, a tiny run of every experiment (and of
+``all``), the experiment specs, and that ``import corgnn`` leaves the suite out.
 
 No timing assertions: only that every measurement is made or recorded as missing
 with a reason, and that results, summary and plots are written.
@@ -8,14 +9,20 @@ from __future__ import annotations
 
 import csv
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+import corgnn.bench
 from corgnn.bench import report
 from corgnn.bench.baselines import GraphData, Unavailable, build
-from corgnn.bench.experiments import EXPERIMENTS, PRESETS, plan_cells
+from corgnn.bench.experiments import EXPERIMENTS
 from corgnn.bench.harness import Settings, StepTimeout, TrainStep, geomean, measure, peak_step_memory, time_limit
+from corgnn.bench.runner import plan_cells
+from corgnn.bench.spec import PRESETS
 from corgnn.cli import main
 from corgnn.datasets import synthetic
 
@@ -113,12 +120,46 @@ def test_unavailable_and_unknown_variants(tiny):
         build("corgnn", "sage", tiny, 4)
 
 
+NAMES = [e.name for e in EXPERIMENTS]
+
+
+def test_import_corgnn_leaves_bench_and_matplotlib_out():
+    """``import corgnn`` imports neither the benchmark suite nor matplotlib (a fresh
+    interpreter, so the other tests' imports do not count)."""
+    code = "import corgnn, sys; print([m for m in sys.modules if m.startswith(('corgnn.bench', 'matplotlib'))])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_bench_cli_imports_no_plotting_or_progress_bar():
+    """The specs and the CLI wiring load without matplotlib; both it and tqdm are
+    imported only inside the functions that draw or show progress."""
+    code = "import sys, corgnn.bench.cli; print([m for m in sys.modules if m.startswith('matplotlib')])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    bench = Path(corgnn.bench.__file__).parent
+    for path in bench.rglob("*.py"):
+        for line in path.read_text().splitlines():
+            if line.startswith(("import ", "from ")):  # module level
+                assert "matplotlib" not in line and "tqdm" not in line, f"{path.name}: {line}"
+
+
+def test_every_experiment_is_one_complete_spec():
+    assert len(set(NAMES)) == len(NAMES) == 6
+    for e in EXPERIMENTS:
+        assert set(e.grids) == set(PRESETS), e.name
+        assert set(e.expected_min) <= set(PRESETS), e.name
+        assert e.help and callable(e.cells) and callable(e.summary) and callable(e.plots)
+
+
 def test_all_covers_every_experiment():
     class A:
         datasets = sizes = variants = None
 
-    cells = plan_cells([*EXPERIMENTS.values()], A, PRESETS["full"])
-    assert {c.experiment for c in cells} == set(EXPERIMENTS)
+    cells = plan_cells(list(EXPERIMENTS), A, PRESETS["full"])
+    assert {c.experiment for c in cells} == set(NAMES)
     # the full grid keeps the paper's ranges (the single layer stops at 512: see benchmarks/README.md)
     assert {c.hidden for c in cells if c.experiment == "gcn"} >= {16, 1024}
     assert {c.hidden for c in cells if c.experiment == "gat-caching"} == {8, 16, 32, 64, 128}
@@ -141,7 +182,7 @@ EXPECTED_PLOTS = {
 }
 
 
-@pytest.mark.parametrize("experiment", list(EXPERIMENTS))
+@pytest.mark.parametrize("experiment", NAMES)
 def test_tiny_run_writes_results_summary_and_plots(tmp_path, experiment):
     out = tmp_path / experiment
     assert main(["bench", experiment, "--tiny", "--no-compile", "--no-progress", "--threads", "1", "--out", str(out)]) == 0
@@ -176,6 +217,19 @@ def test_tiny_run_writes_results_summary_and_plots(tmp_path, experiment):
         (out / "summary.md").unlink()
         assert main(["bench", "report", str(out)]) == 0
         assert (out / "summary.md").read_text() == summary
+
+
+def test_tiny_all_writes_one_section_per_experiment_and_report_rebuilds_it(tmp_path):
+    out = tmp_path / "all"
+    args = ["--tiny", "--no-compile", "--no-progress", "--threads", "1", "--datasets", "Cora", "--sizes", "4", "--variants", "corgnn,corgnn:cache=none,ops"]
+    assert main(["bench", "all", *args, "--out", str(out)]) == 0
+    assert {r["experiment"] for r in _rows(out / "results.csv")} == set(NAMES)
+    summary = (out / "summary.md").read_text()
+    assert [line[3:] for line in summary.splitlines() if line.startswith("## ") and line[3:] in NAMES] == NAMES
+    assert report.read_results(out)[1]["experiments"] == NAMES
+    (out / "summary.md").unlink()
+    assert main(["bench", "report", str(out)]) == 0
+    assert (out / "summary.md").read_text() == summary
 
 
 def test_compile_timeout_and_memory_cap_become_missing_points(tmp_path):

@@ -185,3 +185,118 @@ class GraphCache:
         self._graph = Graph(edge_index_or_graph, edge_weight, num_nodes)
         self._key = key
         return self._graph
+
+
+# ----------------------------------------------------------------- torch.compile path
+# NOTE (design): under torch.compile a layer cannot build or look up its Graph in
+# Python (tensor identity, version counters, .item() validation and data-dependent
+# sizes would each break the graph). Instead the adjacency is produced by the custom
+# ops below: opaque to the compiler (their fake implementations give an unbacked
+# entry count), they run at call time, validate edge_index exactly like Graph, and
+# keep the built Graphs in a small cache keyed on the *contents* of edge_index /
+# edge_weight (a copy is compared, so edits through .data or NumPy views are seen),
+# so a training loop pays one O(q) comparison per call instead of a rebuild. The
+# arrays are returned as fresh copies (O(q) bytes per call): a compiled graph may
+# reuse its ops' output buffers, which must never be the cached ones.
+# The entry count of A' is data-dependent (remaining self-loops, coalesced
+# duplicates), and an op whose output size depends on data is a graph break unless
+# the user enables dynamo's capture_dynamic_output_shape_ops. So the per-entry
+# arrays are padded to the bound q + n (q edges plus at most one self-loop per
+# node), a size known from the input shapes: the row pointers end at the true entry
+# count, every kernel walks rows through them, and the padding is never read.
+
+_COMPILED_GRAPHS: list[tuple[torch.Tensor, torch.Tensor | None, int, Graph]] = []
+_COMPILED_GRAPHS_MAX = 4
+
+
+def graph_by_content(edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int) -> Graph:
+    """The cached :class:`Graph` whose ``edge_index``/``edge_weight`` equal these
+    tensors' contents (and node count), else a new one (validated), cached; the
+    cache keeps the :data:`_COMPILED_GRAPHS_MAX` most recently used graphs."""
+    for i, (ei, ew, n, g) in enumerate(_COMPILED_GRAPHS):
+        if n != num_nodes or ei.shape != edge_index.shape or ei.device != edge_index.device or (ew is None) != (edge_weight is None):
+            continue
+        if torch.equal(ei, edge_index) and (ew is None or (ew.dtype == edge_weight.dtype and torch.equal(ew, edge_weight))):
+            _COMPILED_GRAPHS.insert(0, _COMPILED_GRAPHS.pop(i))
+            return g
+    g = Graph(edge_index, edge_weight, num_nodes)
+    _COMPILED_GRAPHS.insert(0, (edge_index.clone(), None if edge_weight is None else edge_weight.detach().clone(), num_nodes, g))
+    del _COMPILED_GRAPHS[_COMPILED_GRAPHS_MAX:]
+    return g
+
+
+@torch.library.custom_op("corgnn::gcn_adjacency", mutates_args=())
+def _gcn_adjacency_op(
+    edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int,
+    improved: bool, add_self_loops: bool, normalize: bool, dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = graph_by_content(edge_index, edge_weight, num_nodes)
+    csr = g.gcn_adjacency(dtype=dtype, improved=improved, add_self_loops=add_self_loops, normalize=normalize)
+    csc = csr.to_csc()
+    bound = edge_index.size(1) + num_nodes
+    return csr.rowptr.clone(), _padded(csr.col, bound), _padded(csr.val, bound), csc.colptr.clone(), _padded(csc.row, bound), _padded(csc.perm, bound)
+
+
+@_gcn_adjacency_op.register_fake
+def _(edge_index, edge_weight, num_nodes, improved, add_self_loops, normalize, dtype):
+    q = edge_index.shape[1] + num_nodes
+    ptr = edge_index.new_empty(num_nodes + 1, dtype=torch.long)
+    idx = edge_index.new_empty(q, dtype=torch.long)
+    return ptr, idx, edge_index.new_empty(q, dtype=dtype), ptr.clone(), idx.clone(), idx.clone()
+
+
+@torch.library.custom_op("corgnn::gat_adjacency", mutates_args=())
+def _gat_adjacency_op(edge_index: torch.Tensor, num_nodes: int, add_self_loops: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    csr = graph_by_content(edge_index, None, num_nodes).gat_adjacency(add_self_loops=add_self_loops)
+    csc = csr.to_csc()
+    bound = edge_index.size(1) + num_nodes
+    return csr.rowptr.clone(), _padded(csr.col, bound), csc.colptr.clone(), _padded(csc.row, bound), _padded(csc.perm, bound)
+
+
+@_gat_adjacency_op.register_fake
+def _(edge_index, num_nodes, add_self_loops):
+    q = edge_index.shape[1] + num_nodes
+    ptr = edge_index.new_empty(num_nodes + 1, dtype=torch.long)
+    idx = edge_index.new_empty(q, dtype=torch.long)
+    return ptr, idx, ptr.clone(), idx.clone(), idx.clone()
+
+
+def _padded(t: torch.Tensor, size: int) -> torch.Tensor:
+    """A copy of ``t`` padded with zeros to ``size`` entries."""
+    out = t.new_zeros(size)
+    out[: t.numel()] = t
+    return out
+
+
+def _csr_with_dual(rowptr, col, val, colptr, row, perm, n: int) -> CSR:
+    """A CSR whose row plans (``A`` and ``A^T``) are the given arrays, no lazy work
+    left. Its per-entry arrays may carry padding past ``rowptr[-1]`` (never read)."""
+    A = CSR(rowptr, col, val, (n, n))
+    A._plans[False] = (rowptr, col, None)
+    A._plans[True] = (colptr, row, perm)
+    return A
+
+
+def compiled_gcn_adjacency(edge_index_or_graph, edge_weight, num_nodes: int, *, dtype, improved: bool, add_self_loops: bool, normalize: bool) -> CSR:
+    """:meth:`Graph.gcn_adjacency` (CSR) for code traced by ``torch.compile``."""
+    ei, ew, n = _unpack(edge_index_or_graph, edge_weight, num_nodes)
+    arrays = torch.ops.corgnn.gcn_adjacency(ei, ew, n, improved, add_self_loops, normalize, dtype)
+    return _csr_with_dual(*arrays, n)
+
+
+def compiled_gat_adjacency(edge_index_or_graph, num_nodes: int, *, add_self_loops: bool) -> CSR:
+    """:meth:`Graph.gat_adjacency` (CSR pattern) for code traced by ``torch.compile``."""
+    ei, _, n = _unpack(edge_index_or_graph, None, num_nodes)
+    rowptr, col, colptr, row, perm = torch.ops.corgnn.gat_adjacency(ei, n, add_self_loops)
+    return _csr_with_dual(rowptr, col, None, colptr, row, perm, n)
+
+
+def _unpack(edge_index_or_graph, edge_weight, num_nodes):
+    if isinstance(edge_index_or_graph, Graph):
+        g = edge_index_or_graph
+        if edge_weight is not None:
+            raise ValueError("edge_weight must be given when building the Graph, not with a Graph argument")
+        return g.edge_index, g.edge_weight, g.num_nodes
+    if not isinstance(edge_index_or_graph, torch.Tensor) or edge_index_or_graph.dim() != 2 or edge_index_or_graph.size(0) != 2:
+        raise ValueError("edge_index must be a (2, q) integer tensor")
+    return edge_index_or_graph, edge_weight, num_nodes

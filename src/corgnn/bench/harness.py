@@ -59,6 +59,7 @@ __all__ = [
     "time_interleaved",
     "peak_step_memory",
     "machine_info",
+    "default_mem_cap",
     "time_limit",
     "StepTimeout",
     "geomean",
@@ -455,15 +456,30 @@ def time_limit(seconds: float | None):
         raise StepTimeout(f"ran past the {seconds:g} s limit")
 
 
-def _cpu_model() -> str:
+def _proc_field(path: str, key: str) -> str | None:
+    """The value after ``key ... :`` on the first line of ``path`` (a ``/proc`` file)
+    starting with ``key``; None when absent or unreadable."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(key):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_model() -> str:
+    return _proc_field("/proc/cpuinfo", "model name") or platform.processor() or platform.machine()
+
+
+def default_mem_cap() -> int:
+    """Bytes: half of the currently available RAM (``MemAvailable``), at most 12 GiB
+    (8 GiB when unknown)."""
+    avail = _proc_field("/proc/meminfo", "MemAvailable:")  # "123456 kB"
+    if avail is None:
+        return 8 * 2**30
+    return min(int(avail.split()[0]) * 1024 // 2, 12 * 2**30)
 
 
 def machine_info(device: str | torch.device = "cpu") -> dict:

@@ -29,6 +29,7 @@ __all__ = [
     "md_table",
     "fmt",
     "ok_rows",
+    "dataset_rank",
     "speedup_table",
     "NOISY",
     "speedup_markdown",
@@ -172,11 +173,16 @@ def speedup_table(rows: list[dict], experiment: str, ours: str, baselines: tuple
     return out
 
 
-def _datasets_in_order(keys) -> list[str]:
+def dataset_rank(name: str) -> int:
+    """Position of a reported dataset name (``"Cora"``, ``"PubMed (synthetic)"``...) in
+    Table 5's order (smallest graph first); 99 for other names."""
     from ..datasets import DATASETS
 
-    names = sorted({k[0] for k in keys}, key=lambda d: next((i for i, c in enumerate(DATASETS) if d.startswith(c)), 99))
-    return names
+    return next((i for i, c in enumerate(DATASETS) if name.startswith(c)), 99)
+
+
+def _datasets_in_order(keys) -> list[str]:
+    return sorted({k[0] for k in keys}, key=dataset_rank)
 
 
 def speedup_markdown(table: dict, what: str) -> str:
@@ -222,6 +228,14 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig, path: Path, **tight) -> Path:
+    """Lay out ``fig`` (``tight_layout(**tight)``), write it to ``path`` (110 dpi), close it."""
+    fig.tight_layout(**tight)
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
 
 
 def _colors(names):
@@ -279,10 +293,7 @@ def plot_stacked(
     fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7, frameon=False)
     fig.suptitle(textwrap.fill(title, 90) + "\n(dark: forward; full bar: forward + loss + backward)", fontsize=10)
     legend_rows = -(-len(variants) // ncol)
-    fig.tight_layout(rect=(0, min(0.3, 0.035 * legend_rows * 3 / len(facets)), 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, rect=(0, min(0.3, 0.035 * legend_rows * 3 / len(facets)), 1, 1))
 
 
 def plot_speedup(table: dict, path: Path, *, title: str, ylabel: str = "speedup over fastest PyG", legend_title: str = "hidden") -> Path | None:
@@ -314,10 +325,7 @@ def plot_speedup(table: dict, path: Path, *, title: str, ylabel: str = "speedup 
     ax.set_title(textwrap.fill(title, 70), fontsize=9)
     ax.legend(title=legend_title, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_lines(series: dict, path: Path, *, title: str, xlabel: str, ylabel: str, panels: dict | None = None, logy: bool = True) -> Path | None:
@@ -345,7 +353,4 @@ def plot_lines(series: dict, path: Path, *, title: str, xlabel: str, ylabel: str
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(textwrap.fill(title, 90), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

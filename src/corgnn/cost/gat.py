@@ -34,9 +34,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from .gcn import MachineModel
 
-__all__ = ["GAT_CACHE_SCHEMES", "GATCacheCost", "GATPlan", "bytes_saved", "saved_tensors", "plan_gat", "parse_cache"]
+__all__ = ["GAT_CACHE_SCHEMES", "GATCacheCost", "GATPlan", "bytes_saved", "saved_tensors", "plan_gat", "parse_cache", "static_cache_name"]
 
 GAT_CACHE_SCHEMES: tuple[str, ...] = ("none", "features", "node_attention", "edge_weights")
 _ALIASES = {"nocache": "none", "no": "none", "m": "features", "node": "node_attention", "edge": "edge_weights", "full": "edge_weights", "paper": "edge_weights"}
@@ -227,3 +229,19 @@ def plan_gat(
     else:
         reason = f"fastest within the budget of {memory_budget} bytes (keeps {best.extra_bytes} extra bytes)"
     return GATPlan(best.scheme, costs, reason, *args, training=True, memory_budget=memory_budget)
+
+
+@torch.compiler.assume_constant_result
+def static_cache_name(h: int, k: int, m: int, cache: str = "auto", memory_budget: int | None = None, training: bool = True) -> str:
+    """The caching scheme a GAT layer uses under ``torch.compile``, where ``n`` and
+    ``q`` are not known at trace time: a forced scheme as given; ``"auto"`` without
+    a budget gives "edge_weights" (the fastest, as :func:`plan_gat`, whatever the
+    sizes); with a ``memory_budget``, which is absolute bytes and so needs the sizes,
+    the least-memory scheme "none" (documented: force a scheme to keep more).
+    Inference caches nothing. Evaluated once at trace time (a graph constant).
+    """
+    if cache != "auto":
+        return parse_cache(cache)
+    if not training:
+        return "none"
+    return "edge_weights" if memory_budget is None else "none"

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GCNScheme", "GCN_SCHEMES", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel"]
+import torch
+
+__all__ = ["GCNScheme", "GCN_SCHEMES", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel", "static_scheme_name", "REPRESENTATIVE_DEGREE"]
 
 
 @dataclass(frozen=True)
@@ -282,3 +284,21 @@ def plan_gcn(
             f"(Table 2: transform-first+fused when {cond}, else propagate-first+split+cache)"
         )
     return GCNPlan(best.scheme, costs, reason, n, q, m, k, input_grad, training, x_nnz=x_nnz)
+
+
+REPRESENTATIVE_DEGREE = 10
+"""Entries per row of ``A'`` assumed by :func:`plan_gcn_static` (self-loop included)."""
+
+
+@torch.compiler.assume_constant_result
+def static_scheme_name(m: int, k: int, input_grad: bool, training: bool = True, scheme: str = "auto") -> str:
+    """Name of the scheme :func:`plan_gcn` picks without the graph's sizes, for code
+    traced by ``torch.compile`` (where ``n`` is symbolic and ``q`` data-dependent):
+    the plan of a 1024-node graph with :data:`REPRESENTATIVE_DEGREE` entries per row.
+    Every cost is linear in ``n`` at a fixed degree, and the choice depends on ``m``,
+    ``k`` and ``input_grad`` (Table 2's conditions), hardly on the degree
+    (``tests/test_cost.py`` checks this over a grid). Evaluated once at trace time
+    (a constant of the compiled graph).
+    """
+    n = 1024
+    return plan_gcn(n, n * REPRESENTATIVE_DEGREE, m, k, input_grad, training=training, scheme=scheme).scheme.name

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..cost.gat import parse_cache
-from ..sparse.attention import NO_DROPOUT, DropoutSpec, attention_backward, attention_forward, head_weighted_sums, node_scores
+from ..sparse.attention import DropoutSpec, attention_backward, attention_forward, head_weighted_sums, node_scores
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import spmm
 
@@ -52,10 +52,12 @@ def _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope
 class GATFunction(torch.autograd.Function):
     """Multi-head GAT layer under one caching scheme (paper Table 4).
 
-    ``apply(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, cache)``
+    ``apply(x, weight, att_src, att_dst, bias, seed, A, heads, concat, negative_slope, p, cache)``
     with ``x (n, m)``, ``weight (h*k, m)``, ``att_src``/``att_dst (1, h, k)``, ``bias``
     ``(h*k,)`` / ``(k,)`` or None, ``A`` the GAT adjacency (rows = destinations),
-    ``drop`` a :class:`~corgnn.sparse.attention.DropoutSpec`, ``cache`` a scheme name.
+    ``p`` the attention dropout probability and ``seed`` its ``(1,)`` int64 seed tensor
+    (see :class:`~corgnn.sparse.attention.DropoutSpec`; a tensor argument so that
+    ``torch.compile`` traces it as a graph input), ``cache`` a scheme name.
 
     Saved for backward, by ``cache`` (beyond ``att_src``/``att_dst``, which every
     scheme needs for ``dM``, and only what ``ctx.needs_input_grad`` requires):
@@ -84,10 +86,11 @@ class GATFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, att_src, att_dst, bias, A: SparseFormat, heads: int, concat: bool, negative_slope: float, drop: DropoutSpec, cache: str, xs: SparseFormat | None = None):
+    def forward(ctx, x, weight, att_src, att_dst, bias, seed, A: SparseFormat, heads: int, concat: bool, negative_slope: float, p: float, cache: str, xs: SparseFormat | None = None):
+        drop = DropoutSpec(p, seed)
         out, M, s, d, alpha, leaky = _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, cache == "edge_weights", xs)
         need_x, need_w = ctx.needs_input_grad[:2]
-        ctx.A, ctx.heads, ctx.concat, ctx.slope, ctx.drop, ctx.cache = A, heads, concat, negative_slope, drop, cache
+        ctx.A, ctx.heads, ctx.concat, ctx.slope, ctx.p, ctx.cache = A, heads, concat, negative_slope, p, cache
         need_feat = need_w or cache == "none"
         ctx.xs = xs if need_feat else None
         keep_x = x if (need_feat and xs is None) else None
@@ -95,13 +98,13 @@ class GATFunction(torch.autograd.Function):
         keep_m = None if cache == "none" else M
         keep_sd = (s, d) if cache == "node_attention" else (None, None)
         keep_edge = (alpha, leaky) if cache == "edge_weights" else (None, None)
-        ctx.save_for_backward(keep_x, keep_w, att_src, att_dst, keep_m, *keep_sd, *keep_edge)
+        ctx.save_for_backward(keep_x, keep_w, att_src, att_dst, keep_m, *keep_sd, *keep_edge, seed)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        x, weight, att_src, att_dst, M, s, d, alpha, leaky = ctx.saved_tensors
+        x, weight, att_src, att_dst, M, s, d, alpha, leaky, seed = ctx.saved_tensors
         need_x, need_w, need_as, need_ad, need_b = ctx.needs_input_grad[:5]
         heads, cache = ctx.heads, ctx.cache
         gx = gw = gas = gad = gb = None
@@ -118,7 +121,7 @@ class GATFunction(torch.autograd.Function):
                 M = _transform(x, weight, heads, ctx.xs)
             if cache in ("none", "features"):
                 s, d = node_scores(M, att_src, att_dst)
-            dM, ds, dd = attention_backward(ctx.A, G, M, att_src, att_dst, ctx.slope, ctx.drop, alpha=alpha, leaky=leaky, s=s, d=d)
+            dM, ds, dd = attention_backward(ctx.A, G, M, att_src, att_dst, ctx.slope, DropoutSpec(ctx.p, seed), alpha=alpha, leaky=leaky, s=s, d=d)
             if need_as or need_ad:
                 gas, gad = head_weighted_sums(ds, dd, M)
                 gas, gad = gas.view_as(att_src), gad.view_as(att_dst)
@@ -129,7 +132,7 @@ class GATFunction(torch.autograd.Function):
                 gw = spmm(ctx.xs, dM, transpose=True).t() if ctx.xs is not None else torch.mm(dM.t(), x)
             if need_x:
                 gx = torch.mm(dM, weight)
-        return gx, gw, gas, gad, gb, None, None, None, None, None, None, None
+        return gx, gw, gas, gad, gb, None, None, None, None, None, None, None, None
 
 
 def gat_conv(
@@ -162,11 +165,11 @@ def gat_conv(
     """
     cache = parse_cache(cache)
     if isinstance(dropout, DropoutSpec):
-        drop = dropout if training else NO_DROPOUT
+        drop = dropout if training else DropoutSpec(0.0, device=weight.device)
     else:
-        drop = DropoutSpec(dropout, device=weight.device) if (training and dropout > 0) else NO_DROPOUT
+        drop = DropoutSpec(dropout if training else 0.0, device=weight.device)
     tensors = (x, weight, att_src, att_dst, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return GATFunction.apply(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, cache, xs)
+        return GATFunction.apply(x, weight, att_src, att_dst, bias, drop.seed, A, heads, concat, negative_slope, drop.p, cache, xs)
     with torch.no_grad():
         return _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, False, xs)[0]

@@ -9,11 +9,11 @@ from torch import nn
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
 
-from ..cost.gat import GATPlan, parse_cache, plan_gat
+from ..cost.gat import GATPlan, parse_cache, plan_gat, static_cache_name
 from ..functional.gat import gat_conv
-from ..graph import Graph, GraphCache
+from ..graph import Graph, GraphCache, compiled_gat_adjacency
 from ..sparse.registry import check_format_name
-from .gcn import _FeatureCache, _LayerInputs, dropout
+from .gcn import _check_compiled_x, _FeatureCache, _LayerInputs, dropout
 
 __all__ = ["GATConv", "GAT", "convert_pyg_gat"]
 
@@ -143,6 +143,8 @@ class GATConv(_LayerInputs, nn.Module):
             raise ValueError("edge_attr is not supported by corgnn's GATConv (no edge_dim); use torch_geometric.nn.GATConv for edge features")
         if return_attention_weights is not None:
             raise ValueError("return_attention_weights is not supported by corgnn's GATConv; use torch_geometric.nn.GATConv to inspect attention")
+        if torch.compiler.is_compiling():
+            return self._forward_compiled(x, edge_index, size)
         graph, dense, xs, dtype = self._inputs(x, edge_index)
         if size is not None and tuple(size) != (graph.num_nodes, graph.num_nodes):
             raise ValueError(f"size must be None or ({graph.num_nodes}, {graph.num_nodes}); bipartite graphs are not supported, got {tuple(size)}")
@@ -153,6 +155,22 @@ class GATConv(_LayerInputs, nn.Module):
             None if xs is not None else dense, weight, self.att_src, self.att_dst, self.bias, self.adjacency(graph), self.heads,
             concat=self.concat, negative_slope=self.negative_slope, dropout=self.dropout,
             training=self.training, cache=plan.scheme, xs=xs,
+        )
+
+    def _forward_compiled(self, x, edge_index, size):
+        """The forward as ``torch.compile`` traces it: the attention pattern from the
+        ``corgnn::gat_adjacency`` custom op (validated and cached at run time, CSR),
+        the caching scheme from the static sizes (:func:`corgnn.cost.gat.static_cache_name`),
+        ``x`` dense."""
+        _check_compiled_x(x, self.in_channels, self.lin.weight.dtype)
+        if size is not None and (size[0] != x.size(0) or size[1] != x.size(0)):
+            raise ValueError(f"size must be None or (n, n) with n = x.size(0); bipartite graphs are not supported, got {tuple(size)}")
+        A = compiled_gat_adjacency(edge_index, x.size(0), add_self_loops=self.add_self_loops)
+        training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        cache = static_cache_name(self.heads, self.out_channels, self.in_channels, self.cache, self.memory_budget, training)
+        return gat_conv(
+            x, self.lin.weight, self.att_src, self.att_dst, self.bias, A, self.heads,
+            concat=self.concat, negative_slope=self.negative_slope, dropout=self.dropout, training=self.training, cache=cache,
         )
 
     def extra_repr(self) -> str:
@@ -207,9 +225,11 @@ class GAT(nn.Module):
         self.conv2.reset_parameters()
 
     def forward(self, x: torch.Tensor, edge_index) -> torch.Tensor:
-        # one Graph (and one attention pattern) shared by both layers
-        graph = self._graphs(edge_index, None, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
-        xs = self.conv1.sparse_features(x, graph.num_nodes) if isinstance(x, torch.Tensor) else None
+        xs, graph = None, edge_index
+        if not torch.compiler.is_compiling():  # (compiled: each layer takes A from the graph op)
+            # one Graph (and one attention pattern) shared by both layers
+            graph = self._graphs(edge_index, None, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
+            xs = self.conv1.sparse_features(x, graph.num_nodes) if isinstance(x, torch.Tensor) else None
         if xs is not None:
             # NOTE: dropout of a zero is a zero, so dropping the sparse values is the
             # same distribution as dense dropout at ~1 % of the random numbers.

@@ -10,10 +10,10 @@ from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import zeros
 
 from .._validate import check_features, check_finite
-from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
+from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn, static_scheme_name
 from ..cost.io import choose_format
 from ..functional.gcn import GCNFunction
-from ..graph import Graph, GraphCache
+from ..graph import Graph, GraphCache, compiled_gcn_adjacency
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.registry import check_format_name
 
@@ -88,6 +88,17 @@ class _SparseView:
 
     def __init__(self, dtype):
         self.dtype = dtype
+
+
+def _check_compiled_x(x, in_channels: int, dtype) -> None:
+    """The checks of ``x`` that need no tensor data (shapes and dtypes are static or
+    guarded under ``torch.compile``)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"under torch.compile, x must be a dense torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2 or x.size(1) != in_channels:
+        raise ValueError(f"x must have shape (num_nodes, {in_channels}), got {tuple(x.shape)}")
+    if x.dtype != dtype:
+        raise TypeError(f"x is {x.dtype} but the layer's parameters are {dtype}; call .to({x.dtype}) on the module")
 
 
 class _LayerInputs:
@@ -205,6 +216,11 @@ class GCNConv(_LayerInputs, nn.Module):
             fmt = choose_format(graph.gcn_adjacency(**opts), min(self.in_channels, self.out_channels)).format
         return graph.gcn_adjacency(**opts, format=fmt)
 
+    def sparse_features_allowed(self) -> bool:
+        """Whether sparse-only input features fit this layer's scheme setting (they
+        need transform-first+fused: ``A'X`` would be a sparse-sparse product)."""
+        return self.scheme == "auto" or parse_scheme(self.scheme) == GCN_SCHEMES[0]
+
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan:
         """The scheme this layer would use for ``x`` on ``graph`` now, with costs."""
         A = self.adjacency(graph, x.dtype)
@@ -221,12 +237,29 @@ class GCNConv(_LayerInputs, nn.Module):
         """Args: ``x (n, in_channels)`` dense float tensor, or a corgnn sparse matrix
         (e.g. :class:`corgnn.sparse.CSR`) of input features (no gradient flows to it);
         ``edge_index (2, q)`` or a :class:`corgnn.Graph`; optional ``edge_weight (q,)``."""
+        if torch.compiler.is_compiling():
+            return self._forward_compiled(x, edge_index, edge_weight)
         graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
         weight = self.lin.weight
         A = self.adjacency(graph, dtype)
         plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
         return GCNFunction.apply(dense, weight, self.bias, A, plan.scheme, xs)
+
+    def _forward_compiled(self, x, edge_index, edge_weight):
+        """The forward as ``torch.compile`` traces it (see "torch.compile" in the
+        README): the adjacency comes from the ``corgnn::gcn_adjacency`` custom op
+        (validated and cached at run time, in CSR), the plan from the static sizes
+        (:func:`corgnn.cost.gcn.static_scheme_name`), and ``x`` is used dense; no
+        Python branch depends on tensor data."""
+        _check_compiled_x(x, self.in_channels, self.lin.weight.dtype)
+        A = compiled_gcn_adjacency(
+            edge_index, edge_weight, x.size(0), dtype=x.dtype,
+            improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize,
+        )
+        training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        scheme = parse_scheme(static_scheme_name(self.in_channels, self.out_channels, training and x.requires_grad, training, self.scheme))
+        return GCNFunction.apply(x, self.lin.weight, self.bias, A, scheme, None)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, scheme={self.scheme!r}, format={self.format!r}"
@@ -258,11 +291,13 @@ class GCN(nn.Module):
         self.conv2.reset_parameters()
 
     def forward(self, x: torch.Tensor, edge_index, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        # one Graph (and one A') shared by both layers
-        edge_index = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
-        edge_weight = None
-        sparse_ok = self.conv1.scheme in ("auto", "transform-first+fused", "tf", "pyg")  # sparse-only X needs it
-        xs = self.conv1.sparse_features(x, edge_index.num_nodes) if sparse_ok and isinstance(x, torch.Tensor) else None
+        xs = None
+        if not torch.compiler.is_compiling():  # (compiled: each layer takes A' from the graph op)
+            # one Graph (and one A') shared by both layers
+            edge_index = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
+            edge_weight = None
+            if self.conv1.sparse_features_allowed() and isinstance(x, torch.Tensor):
+                xs = self.conv1.sparse_features(x, edge_index.num_nodes)
         if xs is not None:
             # NOTE: dropout of a zero is a zero, so dropping the sparse values is the
             # same distribution as dense dropout at ~1 % of the random numbers.

@@ -25,12 +25,28 @@ def _rows(ptr: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts)
 
 
-def _endpoints(ptr, idx, perm):
-    """``(row, col)`` of every entry in the format's own order (scattered through ``perm``)."""
+def _walk(ptr, idx, perm):
+    """``(row, idx, perm)`` of the ``q = ptr[-1]`` walked entries. Per-entry arrays
+    may carry padding past position ``q`` (the compiled adjacency, see
+    :mod:`corgnn.graph`); valid entries always sit at format positions ``< q``."""
     row = _rows(ptr)
+    q = row.numel()
+    return row, idx[:q], None if perm is None else perm[:q]
+
+
+def _endpoints(ptr, idx, perm):
+    """``(row, col)`` of the ``q`` valid entries in the format's own order."""
+    row, idx, perm = _walk(ptr, idx, perm)
     if perm is None:
         return row, idx
     return torch.empty_like(row).index_copy_(0, perm, row), torch.empty_like(idx).index_copy_(0, perm, idx)
+
+
+def _pad_entries(out: torch.Tensor, size: int) -> torch.Tensor:
+    """Per-entry output ``out`` padded with zeros to ``size`` entries (the op's shape)."""
+    if out.size(0) == size:
+        return out
+    return torch.cat([out, out.new_zeros((size - out.size(0),) + tuple(out.shape[1:]))])
 
 
 def _f32(*ts):
@@ -68,9 +84,10 @@ class TorchBackend(Backend):
     def spmm_rows(self, ptr, idx, perm, val, B):
         dt = B.dtype
         val, B = _f32(val, B)
-        if val is not None and perm is not None:
-            val = val.index_select(0, perm)
-        return _spmm(_rows(ptr), idx, val, B, ptr.numel() - 1).to(dt)
+        row, idx, perm = _walk(ptr, idx, perm)
+        if val is not None:
+            val = val[: row.numel()] if perm is None else val.index_select(0, perm)
+        return _spmm(row, idx, val, B, ptr.numel() - 1).to(dt)
 
     def spmm_ell(self, col, lengths, V, B):
         dt = B.dtype
@@ -95,7 +112,8 @@ class TorchBackend(Backend):
 
     def sddmm_rows(self, ptr, idx, perm, val, B, C):
         row, col = _endpoints(ptr, idx, perm)
-        return self.sddmm_coo(row, col, val, B, C)
+        out = self.sddmm_coo(row, col, None if val is None else val[: row.numel()], B, C)
+        return _pad_entries(out, idx.numel())
 
     def sddmm_ell(self, col, lengths, offsets, val, B, C):
         mask = col >= 0
@@ -104,11 +122,9 @@ class TorchBackend(Backend):
 
     # softmax ----------------------------------------------------------------
     def edge_softmax_rows(self, ptr, perm, scores):
-        row = _rows(ptr)
-        if perm is not None:
-            row = torch.empty_like(row).index_copy_(0, perm, row)
-        (s,) = _f32(scores)
-        return _segment_softmax(s, row, ptr.numel() - 1).to(scores.dtype)
+        row, _ = _endpoints(ptr, ptr.new_empty(int(ptr[-1])), perm)
+        (s,) = _f32(scores[: row.numel()])
+        return _pad_entries(_segment_softmax(s, row, ptr.numel() - 1).to(scores.dtype), scores.size(0))
 
     # GAT --------------------------------------------------------------------
     def gat_node_scores(self, M, a_src, a_dst):
@@ -124,24 +140,27 @@ class TorchBackend(Backend):
         alpha = _segment_softmax(torch.nn.functional.leaky_relu(y, negative_slope), dst, ptr.numel() - 1)
         ad = alpha
         if p > 0:
-            ad = alpha * dropout_keep_mask(idx.numel(), H, p, seed, M.device).to(M.dtype) * (1.0 / (1.0 - p))
+            ad = alpha * dropout_keep_mask(dst.numel(), H, p, seed, M.device).to(M.dtype) * (1.0 / (1.0 - p))
         out = _spmm(dst, src, ad, M, ptr.numel() - 1)
-        leaky = (y > 0) if want_leaky else torch.empty(0, H, dtype=torch.bool, device=M.device)
-        return out, alpha, leaky
+        leaky = _pad_entries(y > 0, idx.numel()) if want_leaky else torch.empty(0, H, dtype=torch.bool, device=M.device)
+        return out, _pad_entries(alpha, idx.numel()), leaky
 
     def gat_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
         from ..attention import dropout_keep_mask
 
         n, H, K = M.shape
         dst, src = _endpoints(ptr, idx, perm)
-        if alpha is None or leaky is None:
+        q = dst.numel()
+        if alpha is not None and leaky is not None:
+            alpha, leaky = alpha[:q], leaky[:q]
+        else:
             y = s.index_select(0, src) + d.index_select(0, dst)
             alpha = _segment_softmax(torch.nn.functional.leaky_relu(y, negative_slope), dst, n)
             leaky = y > 0
         dalpha = (G.index_select(0, dst) * M.index_select(0, src)).sum(-1)  # SDDMM
         ad = alpha
         if p > 0:
-            keep = dropout_keep_mask(idx.numel(), H, p, seed, M.device).to(M.dtype) * (1.0 / (1.0 - p))
+            keep = dropout_keep_mask(q, H, p, seed, M.device).to(M.dtype) * (1.0 / (1.0 - p))
             dalpha = dalpha * keep
             ad = alpha * keep
         ad_dot = torch.zeros(n, H, dtype=M.dtype, device=M.device).index_add_(0, dst, alpha * dalpha)
