@@ -80,3 +80,19 @@ def test_forced_and_inference_and_errors():
         GCNScheme("transform-first", "fused-propagate", cache=True)
     with pytest.raises(ValueError, match="n must be"):
         plan_gcn(-1, 0, 1, 1, True)
+
+
+def test_static_plan_matches_sized_plans():
+    """The compile-time plan (no n, q) picks what plan_gcn picks at realistic degrees
+    in all but a few near-tie cells of a grid."""
+    import itertools
+
+    from corgnn.cost.gcn import static_scheme_name
+
+    cells = agree = 0
+    for m, k, ig in itertools.product([16, 64, 128, 512, 1433], [8, 16, 64, 128, 256, 512, 1024], [False, True]):
+        want = static_scheme_name(m, k, ig)
+        for n, d in itertools.product((1000, 100000), (2, 5, 10, 30, 100)):
+            cells += 1
+            agree += plan_gcn(n, n * d, m, k, ig).scheme.name == want
+    assert agree / cells >= 0.98, (agree, cells)

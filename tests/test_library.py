@@ -197,3 +197,22 @@ def test_public_ops_on_gat_pattern_match_dense_autograd():
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(s.grad, s2.grad)
     torch.testing.assert_close(M.grad, M2.grad)
+
+
+def test_opcheck_graph_ops():
+    """The compile path's graph ops (corgnn.graph): schema, fake shapes (padded to
+    q + n entries), and the arrays equal the eager Graph's."""
+    import corgnn.graph  # noqa: F401  (registers the ops)
+    from conftest import make_graph
+
+    ei, n = make_graph()
+    ew = torch.rand(ei.size(1))
+    torch.library.opcheck(torch.ops.corgnn.gcn_adjacency.default, (ei, ew, n, False, True, True, torch.float32))
+    torch.library.opcheck(torch.ops.corgnn.gcn_adjacency.default, (ei, None, n, True, False, False, torch.float64))
+    torch.library.opcheck(torch.ops.corgnn.gat_adjacency.default, (ei, n, True))
+    rowptr, col, val, colptr, row, perm = torch.ops.corgnn.gcn_adjacency(ei, ew, n, False, True, True, torch.float32)
+    A = Graph(ei, ew, n).gcn_adjacency()
+    q = A.nnz
+    assert col.numel() == ei.size(1) + n and int(rowptr[-1]) == q
+    torch.testing.assert_close((rowptr, col[:q], val[:q]), (A.rowptr, A.col, A.val))
+    torch.testing.assert_close((colptr, row[:q], perm[:q]), (A.to_csc().colptr, A.to_csc().row, A.to_csc().perm))

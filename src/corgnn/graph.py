@@ -115,6 +115,18 @@ class Graph:
             self._cache[key] = csr
         return self._format(key, csr, format)
 
+    def gcn_stats(self, **opts):
+        """:class:`corgnn.cost.MatrixStats` of :meth:`gcn_adjacency` with these
+        options (sizes and row-length statistics the format plan needs), computed
+        once and cached on the Graph."""
+        from .cost.io import MatrixStats
+
+        key = ("gcn-stats",) + tuple(sorted(opts.items()))
+        st = self._cache.get(key)
+        if st is None:
+            st = self._cache[key] = MatrixStats.of(self.gcn_adjacency(**opts))
+        return st
+
     # ---------------------------------------------------------- GAT adjacency
     def gat_adjacency(self, *, add_self_loops: bool = True, format: str = "csr") -> SparseFormat:
         """Attention pattern of PyG's ``GATConv``: existing self-loops removed and one

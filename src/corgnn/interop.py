@@ -1,4 +1,8 @@
-"""PyG interop: ``optimize(model)`` swaps PyG layers for corgnn's equivalents."""
+"""PyG interop: ``optimize(model)`` swaps PyG layers for corgnn's equivalents.
+
+Every PyG converter lives here: one function per PyG layer class, listed in
+:func:`_converters`.
+"""
 
 from __future__ import annotations
 
@@ -42,19 +46,59 @@ def _convert_gcn(layer) -> nn.Module | None:
     return new
 
 
+def _convert_gat(layer) -> nn.Module | None:
+    """corgnn :class:`GATConv` with the PyG ``GATConv`` layer's parameters copied, or
+    ``None`` (with a warning) when the layer uses an option corgnn does not support:
+    edge features (``edge_dim``), ``residual=True``, bipartite ``in_channels``
+    (separate ``lin_src``/``lin_dst``), lazy ``in_channels=-1`` not yet
+    initialised, ``flow="target_to_source"``, an aggregation other than ``"add"``.
+    ``fill_value`` is accepted: PyG uses it only for edge features of self-loops.
+
+    The new layer takes the old one's training mode, dtype and device.
+    """
+    unsupported = []
+    if getattr(layer, "edge_dim", None) is not None or getattr(layer, "lin_edge", None) is not None:
+        unsupported.append(f"edge_dim={layer.edge_dim}")
+    if getattr(layer, "res", None) is not None or getattr(layer, "residual", False):
+        unsupported.append("residual=True")
+    lin = getattr(layer, "lin", None)
+    if lin is None:
+        unsupported.append("bipartite in_channels (lin_src/lin_dst)")
+    elif isinstance(lin.weight, nn.parameter.UninitializedParameter):
+        unsupported.append("lazy in_channels=-1 (run one forward first)")
+    elif lin.bias is not None:
+        unsupported.append("lin.bias")
+    if getattr(layer, "flow", "source_to_target") != "source_to_target":
+        unsupported.append(f"flow={layer.flow!r}")
+    if getattr(layer, "aggr", "add") not in ("add", "sum"):
+        unsupported.append(f"aggr={layer.aggr!r}")
+    if unsupported:
+        warnings.warn(f"corgnn.optimize: left {type(layer).__name__} unchanged (unsupported: {', '.join(unsupported)})", stacklevel=3)
+        return None
+    from .nn.gat import GATConv
+
+    new = GATConv(
+        lin.weight.size(1), layer.out_channels, heads=layer.heads, concat=layer.concat,
+        negative_slope=layer.negative_slope, dropout=layer.dropout, bias=layer.bias is not None,
+        add_self_loops=layer.add_self_loops,
+    )
+    with torch.no_grad():
+        new = new.to(device=lin.weight.device, dtype=lin.weight.dtype)
+        new.lin.weight.copy_(lin.weight)
+        new.att_src.copy_(layer.att_src)
+        new.att_dst.copy_(layer.att_dst)
+        if layer.bias is not None:
+            new.bias.copy_(layer.bias)
+    new.train(layer.training)
+    return new
+
+
 def _converters():
     from torch_geometric.nn import GCNConv as PygGCNConv
 
-    table = [(PygGCNConv, _convert_gcn)]
-    try:
-        from torch_geometric.nn import GATConv as PygGATConv
+    from torch_geometric.nn import GATConv as PygGATConv
 
-        from .nn.gat import convert_pyg_gat
-
-        table.append((PygGATConv, convert_pyg_gat))
-    except ImportError:  # GAT support not present
-        pass
-    return table
+    return [(PygGCNConv, _convert_gcn), (PygGATConv, _convert_gat)]
 
 
 def optimize(module: nn.Module) -> nn.Module:

@@ -264,7 +264,7 @@ def choose_format(A, f: int = 64, *, op: str = "spmm") -> FormatChoice:
         raise ValueError(f"op must be one of {_OPS}, got {op!r}")
     if isinstance(f, bool) or not isinstance(f, int) or f < 0:
         raise ValueError(f"f must be a non-negative int, got {f!r}")
-    stats = A if isinstance(A, MatrixStats) else _stats_cached(A)
+    stats = A if isinstance(A, MatrixStats) else MatrixStats.of(A)
     costs = {fmt: stats.io(op, fmt, f) for fmt in IO_FORMATS if fmt != "hybrid" or stats.hybrid_coo_nnz is not None}
     candidates = ["csr"] + (["ell"] if stats.padding_ratio <= ELL_MAX_PADDING else [])
     best = min(candidates, key=lambda fmt: (costs[fmt].bytes, fmt != "csr"))
@@ -272,14 +272,3 @@ def choose_format(A, f: int = 64, *, op: str = "spmm") -> FormatChoice:
     if "ell" not in candidates:
         why += f"; ELL excluded: padding ratio {stats.padding_ratio:.1f} > {ELL_MAX_PADDING}"
     return FormatChoice(best, costs, why, stats)
-
-
-def _stats_cached(A) -> MatrixStats:
-    """:meth:`MatrixStats.of`, cached on the matrix's pattern (its plan cache)."""
-    plans = getattr(A, "_plans", None)
-    if plans is None:
-        return MatrixStats.of(A)
-    st = plans.get("io_stats")
-    if st is None:
-        st = plans["io_stats"] = MatrixStats.of(A)
-    return st

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import nn
 from torch_geometric.nn.dense.linear import Linear
@@ -15,7 +13,7 @@ from ..graph import Graph, GraphCache, compiled_gat_adjacency
 from ..sparse.registry import check_format_name
 from .gcn import _check_compiled_x, _FeatureCache, _LayerInputs, dropout
 
-__all__ = ["GATConv", "GAT", "convert_pyg_gat"]
+__all__ = ["GATConv", "GAT"]
 
 
 def _positive_int(name: str, v) -> None:
@@ -243,48 +241,3 @@ class GAT(nn.Module):
     def schemes(self) -> list[str]:
         """Caching scheme each layer used on its last call."""
         return [c.last_cache or "-" for c in (self.conv1, self.conv2)]
-
-
-def convert_pyg_gat(layer) -> GATConv | None:
-    """corgnn :class:`GATConv` with the PyG ``GATConv`` layer's parameters copied, or
-    ``None`` (with a warning) when the layer uses an option corgnn does not support:
-    edge features (``edge_dim``), ``residual=True``, bipartite ``in_channels``
-    (separate ``lin_src``/``lin_dst``), lazy ``in_channels=-1`` not yet
-    initialised, ``flow="target_to_source"``, an aggregation other than ``"add"``.
-    ``fill_value`` is accepted: PyG uses it only for edge features of self-loops.
-
-    The new layer takes the old one's training mode, dtype and device.
-    """
-    unsupported = []
-    if getattr(layer, "edge_dim", None) is not None or getattr(layer, "lin_edge", None) is not None:
-        unsupported.append(f"edge_dim={layer.edge_dim}")
-    if getattr(layer, "res", None) is not None or getattr(layer, "residual", False):
-        unsupported.append("residual=True")
-    lin = getattr(layer, "lin", None)
-    if lin is None:
-        unsupported.append("bipartite in_channels (lin_src/lin_dst)")
-    elif isinstance(lin.weight, nn.parameter.UninitializedParameter):
-        unsupported.append("lazy in_channels=-1 (run one forward first)")
-    elif lin.bias is not None:
-        unsupported.append("lin.bias")
-    if getattr(layer, "flow", "source_to_target") != "source_to_target":
-        unsupported.append(f"flow={layer.flow!r}")
-    if getattr(layer, "aggr", "add") not in ("add", "sum"):
-        unsupported.append(f"aggr={layer.aggr!r}")
-    if unsupported:
-        warnings.warn(f"corgnn.optimize: left {type(layer).__name__} unchanged (unsupported: {', '.join(unsupported)})", stacklevel=3)
-        return None
-    new = GATConv(
-        lin.weight.size(1), layer.out_channels, heads=layer.heads, concat=layer.concat,
-        negative_slope=layer.negative_slope, dropout=layer.dropout, bias=layer.bias is not None,
-        add_self_loops=layer.add_self_loops,
-    )
-    with torch.no_grad():
-        new = new.to(device=lin.weight.device, dtype=lin.weight.dtype)
-        new.lin.weight.copy_(lin.weight)
-        new.att_src.copy_(layer.att_src)
-        new.att_dst.copy_(layer.att_dst)
-        if layer.bias is not None:
-            new.bias.copy_(layer.bias)
-    new.train(layer.training)
-    return new

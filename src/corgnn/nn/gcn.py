@@ -213,7 +213,7 @@ class GCNConv(_LayerInputs, nn.Module):
         opts = dict(dtype=dtype, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize)
         fmt = self.format
         if fmt == "auto":  # I/O-model choice, on the SpMM width of transform-first
-            fmt = choose_format(graph.gcn_adjacency(**opts), min(self.in_channels, self.out_channels)).format
+            fmt = choose_format(graph.gcn_stats(**opts), min(self.in_channels, self.out_channels)).format
         return graph.gcn_adjacency(**opts, format=fmt)
 
     def sparse_features_allowed(self) -> bool:

@@ -61,6 +61,31 @@ __all__ = [
 ]
 
 
+OPS: dict = {}
+"""Every custom op by its short name (``torch.ops.corgnn.<name>``)."""
+
+
+def _kernel_op(fn):
+    """Register ``fn`` as the custom op ``corgnn::<fn name>`` and return a caller
+    that runs the op when traced by ``torch.compile`` and ``fn`` itself in eager.
+
+    NOTE: in eager the dispatcher round trip of a custom op costs about 9 µs per
+    call (measured: 18.7 vs 9.8 µs for a tiny SpMM, 2-core CPU), about 10 % of a
+    Cora training step with ~20 kernel calls; ``fn`` is the op's own
+    implementation, so both paths run the same code. ``.op`` is the registered op.
+    """
+    op = custom_op(f"corgnn::{fn.__name__}", mutates_args=())(fn)
+    OPS[fn.__name__] = op
+
+    def call(*args):
+        if torch.compiler.is_compiling():
+            return op(*args)
+        return fn(*args)
+
+    call.__name__, call.__doc__, call.op = fn.__name__, fn.__doc__, op
+    return call
+
+
 def _case(op: str, dense: Tensor, heads_dim: bool) -> Case:
     return Case(op, dense.device.type, dense.dtype, dense.size(1) if heads_dim else None)
 
@@ -76,32 +101,32 @@ def _entries(B: Tensor, nnz) -> Tensor:
 # ----------------------------------------------------------------------------- SpMM
 
 
-@custom_op("corgnn::spmm_rows", mutates_args=())
+@_kernel_op
 def spmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor) -> Tensor:
     return run("spmm_rows", _case("spmm_rows", B, B.dim() == 3), ptr, idx, perm, val, B)
 
 
-@spmm_rows.register_fake
+@spmm_rows.op.register_fake
 def _(ptr, idx, perm, val, B):
     return _out_rows(B, ptr.shape[0] - 1)
 
 
-@custom_op("corgnn::spmm_ell", mutates_args=())
+@_kernel_op
 def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tensor:
     return run("spmm_ell", _case("spmm_ell", B, B.dim() == 3), col, lengths, V, B)
 
 
-@spmm_ell.register_fake
+@spmm_ell.op.register_fake
 def _(col, lengths, V, B):
     return _out_rows(B, col.shape[0])
 
 
-@custom_op("corgnn::spmm_hybrid", mutates_args=())
+@_kernel_op
 def spmm_hybrid(head_ptr: Tensor, head_col: Tensor, tail_row: Tensor, tail_col: Tensor, val: Tensor | None, B: Tensor) -> Tensor:
     return run("spmm_hybrid", _case("spmm_hybrid", B, B.dim() == 3), head_ptr, head_col, tail_row, tail_col, val, B)
 
 
-@spmm_hybrid.register_fake
+@spmm_hybrid.op.register_fake
 def _(head_ptr, head_col, tail_row, tail_col, val, B):
     return _out_rows(B, head_ptr.shape[0] - 1)
 
@@ -109,32 +134,32 @@ def _(head_ptr, head_col, tail_row, tail_col, val, B):
 # ---------------------------------------------------------------------------- SDDMM
 
 
-@custom_op("corgnn::sddmm_rows", mutates_args=())
+@_kernel_op
 def sddmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
     return run("sddmm_rows", _case("sddmm_rows", B, B.dim() == 3), ptr, idx, perm, val, B, C)
 
 
-@sddmm_rows.register_fake
+@sddmm_rows.op.register_fake
 def _(ptr, idx, perm, val, B, C):
     return _entries(B, idx.shape[0])
 
 
-@custom_op("corgnn::sddmm_coo", mutates_args=())
+@_kernel_op
 def sddmm_coo(row: Tensor, col: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
     return run("sddmm_coo", _case("sddmm_coo", B, B.dim() == 3), row, col, val, B, C)
 
 
-@sddmm_coo.register_fake
+@sddmm_coo.op.register_fake
 def _(row, col, val, B, C):
     return _entries(B, row.shape[0])
 
 
-@custom_op("corgnn::sddmm_ell", mutates_args=())
+@_kernel_op
 def sddmm_ell(col: Tensor, lengths: Tensor, offsets: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
     return run("sddmm_ell", _case("sddmm_ell", B, B.dim() == 3), col, lengths, offsets, val, B, C)
 
 
-@sddmm_ell.register_fake
+@sddmm_ell.op.register_fake
 def _(col, lengths, offsets, val, B, C):
     ctx = torch.library.get_ctx()
     return _entries(B, ctx.new_dynamic_size())  # nnz = lengths.sum(), data-dependent
@@ -143,12 +168,12 @@ def _(col, lengths, offsets, val, B, C):
 # ---------------------------------------------------------------------- edge softmax
 
 
-@custom_op("corgnn::edge_softmax_rows", mutates_args=())
+@_kernel_op
 def edge_softmax_rows(ptr: Tensor, perm: Tensor | None, scores: Tensor) -> Tensor:
     return run("edge_softmax_rows", _case("edge_softmax_rows", scores, True), ptr, perm, scores)
 
 
-@edge_softmax_rows.register_fake
+@edge_softmax_rows.op.register_fake
 def _(ptr, perm, scores):
     return torch.empty_like(scores)
 
@@ -156,17 +181,17 @@ def _(ptr, perm, scores):
 # ------------------------------------------------------------------------------ GAT
 
 
-@custom_op("corgnn::gat_node_scores", mutates_args=())
+@_kernel_op
 def gat_node_scores(M: Tensor, a_src: Tensor, a_dst: Tensor) -> tuple[Tensor, Tensor]:
     return run("gat_node_scores", _case("gat_node_scores", M, True), M, a_src, a_dst)
 
 
-@gat_node_scores.register_fake
+@gat_node_scores.op.register_fake
 def _(M, a_src, a_dst):
     return M.new_empty(M.shape[:2]), M.new_empty(M.shape[:2])
 
 
-@custom_op("corgnn::gat_attention", mutates_args=())
+@_kernel_op
 def gat_attention(
     ptr: Tensor, idx: Tensor, perm: Tensor | None, s: Tensor, d: Tensor, M: Tensor,
     negative_slope: float, p: float, seed: Tensor, want_leaky: bool,
@@ -174,14 +199,14 @@ def gat_attention(
     return run("gat_attention", _case("gat_attention", M, True), ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky)
 
 
-@gat_attention.register_fake
+@gat_attention.op.register_fake
 def _(ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
     q, H = idx.shape[0], M.shape[1]
     leaky = M.new_empty((q if want_leaky else 0, H), dtype=torch.bool)
     return M.new_empty((ptr.shape[0] - 1,) + tuple(M.shape[1:])), M.new_empty((q, H)), leaky
 
 
-@custom_op("corgnn::gat_attention_backward", mutates_args=())
+@_kernel_op
 def gat_attention_backward(
     ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
     G: Tensor, M: Tensor, a_src: Tensor, a_dst: Tensor,
@@ -194,26 +219,16 @@ def gat_attention_backward(
     )
 
 
-@gat_attention_backward.register_fake
+@gat_attention_backward.op.register_fake
 def _(ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
     return torch.empty_like(M), M.new_empty(M.shape[:2]), M.new_empty(M.shape[:2])
 
 
-@custom_op("corgnn::gat_head_weighted_sums", mutates_args=())
+@_kernel_op
 def gat_head_weighted_sums(w1: Tensor, w2: Tensor, M: Tensor) -> tuple[Tensor, Tensor]:
     return run("gat_head_weighted_sums", _case("gat_head_weighted_sums", M, True), w1, w2, M)
 
 
-@gat_head_weighted_sums.register_fake
+@gat_head_weighted_sums.op.register_fake
 def _(w1, w2, M):
     return M.new_empty(M.shape[1:]), M.new_empty(M.shape[1:])
-
-
-OPS = {
-    op._name: op
-    for op in (
-        spmm_rows, spmm_ell, spmm_hybrid, sddmm_rows, sddmm_coo, sddmm_ell, edge_softmax_rows,
-        gat_node_scores, gat_attention, gat_attention_backward, gat_head_weighted_sums,
-    )
-}
-"""Every custom op by its short name (``torch.ops.corgnn.<name>``)."""
