@@ -14,20 +14,44 @@ from torch import nn
 __all__ = ["optimize"]
 
 
-def _convert_gcn(layer) -> nn.Module | None:
-    """corgnn GCNConv with the PyG layer's parameters, or None (with a warning) if
-    the layer uses an option corgnn does not support."""
-    from .nn.gcn import GCNConv
-
+def _message_passing_unsupported(layer) -> list[str]:
+    """Options of PyG's ``MessagePassing`` base that no corgnn layer honours."""
     unsupported = []
     if getattr(layer, "flow", "source_to_target") != "source_to_target":
         unsupported.append(f"flow={layer.flow!r}")
     if getattr(layer, "aggr", "add") not in ("add", "sum"):
         unsupported.append(f"aggr={layer.aggr!r}")
+    return unsupported
+
+
+def _declined(layer, unsupported: list[str]) -> bool:
+    """Warn and return True when ``layer`` uses options corgnn does not support."""
+    if unsupported:
+        warnings.warn(f"corgnn.optimize: left {type(layer).__name__} unchanged (unsupported: {', '.join(unsupported)})", stacklevel=4)
+    return bool(unsupported)
+
+
+def _adopt(new: nn.Module, layer, like: torch.Tensor, params: dict) -> nn.Module:
+    """``new`` on ``like``'s device and dtype, in ``layer``'s training mode, with
+    each ``new.<name>`` set to a copy of ``params[name]`` (None entries skipped)."""
+    with torch.no_grad():
+        new = new.to(device=like.device, dtype=like.dtype)
+        for name, value in params.items():
+            if value is not None:
+                new.get_parameter(name).copy_(value)
+    new.train(layer.training)
+    return new
+
+
+def _convert_gcn(layer) -> nn.Module | None:
+    """corgnn GCNConv with the PyG layer's parameters, or None (with a warning) if
+    the layer uses an option corgnn does not support."""
+    from .nn.gcn import GCNConv
+
+    unsupported = _message_passing_unsupported(layer)
     if getattr(layer.lin, "bias", None) is not None:
         unsupported.append("lin.bias")
-    if unsupported:
-        warnings.warn(f"corgnn.optimize: left {type(layer).__name__} unchanged (unsupported: {', '.join(unsupported)})", stacklevel=3)
+    if _declined(layer, unsupported):
         return None
     new = GCNConv(
         layer.in_channels,
@@ -37,13 +61,7 @@ def _convert_gcn(layer) -> nn.Module | None:
         add_self_loops=layer.add_self_loops,
         normalize=layer.normalize,
     )
-    with torch.no_grad():
-        new = new.to(device=layer.lin.weight.device, dtype=layer.lin.weight.dtype)
-        new.lin.weight.copy_(layer.lin.weight)
-        if layer.bias is not None:
-            new.bias.copy_(layer.bias)
-    new.train(layer.training)
-    return new
+    return _adopt(new, layer, layer.lin.weight, {"lin.weight": layer.lin.weight, "bias": layer.bias})
 
 
 def _convert_gat(layer) -> nn.Module | None:
@@ -56,7 +74,7 @@ def _convert_gat(layer) -> nn.Module | None:
 
     The new layer takes the old one's training mode, dtype and device.
     """
-    unsupported = []
+    unsupported = _message_passing_unsupported(layer)
     if getattr(layer, "edge_dim", None) is not None or getattr(layer, "lin_edge", None) is not None:
         unsupported.append(f"edge_dim={layer.edge_dim}")
     if getattr(layer, "res", None) is not None or getattr(layer, "residual", False):
@@ -68,12 +86,7 @@ def _convert_gat(layer) -> nn.Module | None:
         unsupported.append("lazy in_channels=-1 (run one forward first)")
     elif lin.bias is not None:
         unsupported.append("lin.bias")
-    if getattr(layer, "flow", "source_to_target") != "source_to_target":
-        unsupported.append(f"flow={layer.flow!r}")
-    if getattr(layer, "aggr", "add") not in ("add", "sum"):
-        unsupported.append(f"aggr={layer.aggr!r}")
-    if unsupported:
-        warnings.warn(f"corgnn.optimize: left {type(layer).__name__} unchanged (unsupported: {', '.join(unsupported)})", stacklevel=3)
+    if _declined(layer, unsupported):
         return None
     from .nn.gat import GATConv
 
@@ -82,15 +95,8 @@ def _convert_gat(layer) -> nn.Module | None:
         negative_slope=layer.negative_slope, dropout=layer.dropout, bias=layer.bias is not None,
         add_self_loops=layer.add_self_loops,
     )
-    with torch.no_grad():
-        new = new.to(device=lin.weight.device, dtype=lin.weight.dtype)
-        new.lin.weight.copy_(lin.weight)
-        new.att_src.copy_(layer.att_src)
-        new.att_dst.copy_(layer.att_dst)
-        if layer.bias is not None:
-            new.bias.copy_(layer.bias)
-    new.train(layer.training)
-    return new
+    params = {"lin.weight": lin.weight, "att_src": layer.att_src, "att_dst": layer.att_dst, "bias": layer.bias}
+    return _adopt(new, layer, lin.weight, params)
 
 
 def _converters():

@@ -287,7 +287,7 @@ def plan_gcn(
 
 
 REPRESENTATIVE_DEGREE = 10
-"""Entries per row of ``A'`` assumed by :func:`plan_gcn_static` (self-loop included)."""
+"""Entries per row of ``A'`` assumed by :func:`static_scheme_name` (self-loop included)."""
 
 
 @torch.compiler.assume_constant_result

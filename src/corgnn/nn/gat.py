@@ -125,7 +125,7 @@ class GATConv(_LayerInputs, nn.Module):
         """The caching scheme this layer would use for ``x`` on ``graph`` now, with costs."""
         A = self.adjacency(graph)
         x_grad = isinstance(x, torch.Tensor) and x.requires_grad
-        training = torch.is_grad_enabled() and (x_grad or any(p.requires_grad for p in self.parameters()))
+        training = self._backward_will_run(x_grad)
         value_bytes = self.lin.weight.element_size()
         return plan_gat(
             graph.num_nodes, A.nnz, self.heads, self.out_channels, self.in_channels,
@@ -164,7 +164,7 @@ class GATConv(_LayerInputs, nn.Module):
         if size is not None and (size[0] != x.size(0) or size[1] != x.size(0)):
             raise ValueError(f"size must be None or (n, n) with n = x.size(0); bipartite graphs are not supported, got {tuple(size)}")
         A = compiled_gat_adjacency(edge_index, x.size(0), add_self_loops=self.add_self_loops)
-        training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        training = self._backward_will_run(x.requires_grad)
         cache = static_cache_name(self.heads, self.out_channels, self.in_channels, self.cache, self.memory_budget, training)
         return gat_conv(
             x, self.lin.weight, self.att_src, self.att_dst, self.bias, A, self.heads,

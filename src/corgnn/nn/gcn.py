@@ -109,6 +109,11 @@ class _LayerInputs:
     ``self.in_channels`` and ``self.lin.weight``.
     """
 
+    def _backward_will_run(self, x_grad: bool) -> bool:
+        """Whether this call records a backward pass: autograd on and ``x`` or a
+        parameter requires a gradient (the plans' ``training`` flag)."""
+        return torch.is_grad_enabled() and (x_grad or any(p.requires_grad for p in self.parameters()))
+
     def sparse_features(self, x: torch.Tensor, num_nodes: int | None = None) -> "CSR | None":
         """Validate ``x`` (once per tensor version) and return its cached CSR if it is
         constant (no grad) and at most :data:`SPARSE_FEATURE_DENSITY` non-zero."""
@@ -226,7 +231,7 @@ class GCNConv(_LayerInputs, nn.Module):
         A = self.adjacency(graph, x.dtype)
         dense = isinstance(x, torch.Tensor)
         x_grad = dense and x.requires_grad
-        training = torch.is_grad_enabled() and (x_grad or any(p.requires_grad for p in self.parameters()))
+        training = self._backward_will_run(x_grad)
         candidates = GCN_SCHEMES if dense else GCN_SCHEMES[:1]  # sparse-only X: transform-first+fused
         return plan_gcn(
             graph.num_nodes, A.nnz, self.in_channels, self.out_channels, input_grad=training and x_grad,
@@ -257,7 +262,7 @@ class GCNConv(_LayerInputs, nn.Module):
             edge_index, edge_weight, x.size(0), dtype=x.dtype,
             improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize,
         )
-        training = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        training = self._backward_will_run(x.requires_grad)
         scheme = parse_scheme(static_scheme_name(self.in_channels, self.out_channels, training and x.requires_grad, training, self.scheme))
         return GCNFunction.apply(x, self.lin.weight, self.bias, A, scheme, None)
 

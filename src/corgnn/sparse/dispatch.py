@@ -85,12 +85,16 @@ class Backend:
 
 
 _BACKENDS: dict[str, Backend] = {}
+_SELECTED: dict[tuple[Case, str | None], Backend] = {}
+"""Memo of :func:`select` per (case, forced name): a backend's answers depend on the
+case and the machine only, so each case is decided once per process."""
 _local = threading.local()
 
 
 def register_backend(backend: Backend) -> Backend:
     """Add ``backend`` to the registry (by its ``name``; a later one replaces it)."""
     _BACKENDS[backend.name] = backend
+    _SELECTED.clear()
     return backend
 
 
@@ -154,8 +158,15 @@ def select(case: Case) -> Backend:
         ValueError: no backend (or not the forced one) can run ``case``; the
             message gives each backend's reason.
     """
-    reg = _registry()
     forced = _forced()
+    b = _SELECTED.get((case, forced))
+    if b is None:
+        b = _SELECTED[(case, forced)] = _select(case, forced)
+    return b
+
+
+def _select(case: Case, forced: str | None) -> Backend:
+    reg = _registry()
     if forced:
         _check_name(forced)
         b = reg[forced]

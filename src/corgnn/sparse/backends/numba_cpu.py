@@ -12,7 +12,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
+from ..attention import dropout_kernel_args
 from ..dispatch import Backend, Case
 from . import numba_gat_kernels as gk
 from . import numba_kernels as k
@@ -52,12 +54,27 @@ def _chunks() -> int:
     return 8 * numba.get_num_threads()
 
 
-def _row_chunks(ptr: np.ndarray) -> np.ndarray:
+_CHUNKS = WeakIdKeyDictionary()
+"""``ptr`` tensor (by identity, held weakly: the entry dies with the pattern) ->
+``(threads, row chunks)``."""
+
+
+def _row_chunks(ptr_t: torch.Tensor, ptr: np.ndarray) -> np.ndarray:
     """``(T+1,)`` row boundaries splitting rows into parallel tasks of about equal
     ``entries + rows`` (degrees are skewed: equal row counts would leave one thread
-    with the hubs)."""
+    with the hubs); computed once per ``ptr`` tensor and thread count."""
+    threads = numba.get_num_threads()
+    hit = _CHUNKS.get(ptr_t)
+    if hit is not None and hit[0] == threads:
+        return hit[1]
+    chunks = _make_chunks(ptr, threads)
+    _CHUNKS[ptr_t] = (threads, chunks)
+    return chunks
+
+
+def _make_chunks(ptr: np.ndarray, threads: int) -> np.ndarray:
     n = ptr.shape[0] - 1
-    tasks = max(1, min(n, 16 * numba.get_num_threads()))
+    tasks = max(1, min(n, 16 * threads))
     work = ptr + np.arange(n + 1)  # entries + rows before each row, increasing
     chunks = np.searchsorted(work, np.linspace(0, work[-1], tasks + 1), side="left").astype(np.int64)
     chunks[0], chunks[-1] = 0, n
@@ -66,13 +83,11 @@ def _row_chunks(ptr: np.ndarray) -> np.ndarray:
 
 def _walk(ptr, idx, perm):
     p = _np(ptr)
-    return p, _np(idx), _perm(perm), _row_chunks(p)
+    return p, _np(idx), _perm(perm), _row_chunks(ptr, p)
 
 
 def _seed(p: float, seed: torch.Tensor, dtype) -> tuple:
     """``(thresh, scale, seed_lo, seed_hi)`` of attention dropout as the kernels take them."""
-    from ..attention import dropout_kernel_args
-
     thresh, scale, lo, hi = dropout_kernel_args(p, seed)
     return thresh, _scalar(scale, dtype), lo, hi
 

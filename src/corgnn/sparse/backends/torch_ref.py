@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..attention import dropout_keep_mask
 from ..dispatch import Backend, Case
 
 __all__ = ["TorchBackend"]
@@ -34,12 +35,15 @@ def _walk(ptr, idx, perm):
     return row, idx[:q], None if perm is None else perm[:q]
 
 
+def _in_format_order(t: torch.Tensor, perm) -> torch.Tensor:
+    """Walk-ordered per-entry ``t`` moved to the format's own order."""
+    return t if perm is None else torch.empty_like(t).index_copy_(0, perm, t)
+
+
 def _endpoints(ptr, idx, perm):
     """``(row, col)`` of the ``q`` valid entries in the format's own order."""
     row, idx, perm = _walk(ptr, idx, perm)
-    if perm is None:
-        return row, idx
-    return torch.empty_like(row).index_copy_(0, perm, row), torch.empty_like(idx).index_copy_(0, perm, idx)
+    return _in_format_order(row, perm), _in_format_order(idx, perm)
 
 
 def _pad_entries(out: torch.Tensor, size: int) -> torch.Tensor:
@@ -122,7 +126,8 @@ class TorchBackend(Backend):
 
     # softmax ----------------------------------------------------------------
     def edge_softmax_rows(self, ptr, perm, scores):
-        row, _ = _endpoints(ptr, ptr.new_empty(int(ptr[-1])), perm)
+        row = _rows(ptr)
+        row = _in_format_order(row, None if perm is None else perm[: row.numel()])
         (s,) = _f32(scores[: row.numel()])
         return _pad_entries(_segment_softmax(s, row, ptr.numel() - 1).to(scores.dtype), scores.size(0))
 
@@ -132,8 +137,6 @@ class TorchBackend(Backend):
         return (M * a_src.reshape(H, K)).sum(-1), (M * a_dst.reshape(H, K)).sum(-1)
 
     def gat_attention(self, ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
-        from ..attention import dropout_keep_mask
-
         n, H, _ = M.shape
         dst, src = _endpoints(ptr, idx, perm)
         y = s.index_select(0, src) + d.index_select(0, dst)
@@ -146,8 +149,6 @@ class TorchBackend(Backend):
         return out, _pad_entries(alpha, idx.numel()), leaky
 
     def gat_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
-        from ..attention import dropout_keep_mask
-
         n, H, K = M.shape
         dst, src = _endpoints(ptr, idx, perm)
         q = dst.numel()
