@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import pytest
 import torch
+
+# Without a GPU the ``triton`` backend's kernels run in Triton's interpreter on CPU
+# tensors (slow: the tests forcing it use tiny graphs). Set before any test imports
+# the kernels, which decide at definition whether they are interpreted.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+TRITON = pytest.param("triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="the triton package is not installed"))
+KERNEL_BACKENDS = ["numba", "torch", TRITON]
+"""Every backend that runs on CPU tensors (triton through its interpreter)."""
 
 
 def make_graph(n: int = 40, q: int = 160, seed: int = 0, device="cpu"):

@@ -16,17 +16,35 @@ from corgnn.sparse import available_backends, edge_softmax, sddmm, spmm, use_bac
 from corgnn.sparse import library as L
 from corgnn.sparse.attention import DropoutSpec
 from corgnn.sparse.dispatch import ENV_VAR, Case, select
+from conftest import HAS_TRITON, KERNEL_BACKENDS
 from test_sparse import FORMATS, build, dense, make_coo
 
 F64 = torch.float64
-CPU_BACKENDS = ["numba", "torch"]
+CPU_BACKENDS = KERNEL_BACKENDS
 
 
 # ------------------------------------------------------------------- dispatch controls
 def test_available_backends_lists_reasons():
     av = available_backends()
     assert av["numba"] is None and av["torch"] is None
-    assert isinstance(av["triton"], str) and av["triton"]  # no GPU kernels here: a reason
+    assert (av["triton"] is None) if HAS_TRITON else ("not installed" in av["triton"])
+
+
+def test_cuda_dispatch_prefers_triton_and_falls_back_with_reason(monkeypatch):
+    from corgnn.sparse import dispatch
+    from corgnn.sparse.backends import TritonBackend
+
+    if HAS_TRITON:
+        assert select(Case("spmm_rows", "cuda", torch.float32)).name == "triton"
+        assert select(Case("gat_attention", "cuda", torch.bfloat16, 8)).name == "triton"
+    with pytest.raises(ValueError, match="triton: kernels take float32/float64/float16/bfloat16, got torch.complex64"):
+        select(Case("spmm_rows", "cuda", torch.complex64))
+    # a case the Triton kernels decline runs on the torch fallback
+    monkeypatch.setattr(TritonBackend, "supports", lambda self, case: "declined for this test")
+    monkeypatch.setattr(dispatch, "_SELECTED", {})
+    assert select(Case("spmm_rows", "cuda", torch.float32)).name == "torch"
+    with use_backend("triton"), pytest.raises(ValueError, match="triton: declined for this test"):
+        select(Case("spmm_rows", "cuda", torch.float32))
 
 
 def test_default_dispatch_and_forcing():
@@ -41,10 +59,10 @@ def test_default_dispatch_and_forcing():
 
 
 def test_forced_backend_that_cannot_run_lists_every_reason():
-    A = build("csr", *make_coo("odd"))
     with use_backend("triton"):
-        with pytest.raises(ValueError, match=r"backend 'triton'.*numba: supported.*triton: "):
-            spmm(A, torch.randn(7, 3, dtype=F64))
+        with pytest.raises(ValueError, match=r"backend 'triton'.*numba: runs on CPU tensors only.*triton: runs on CUDA tensors, got meta"):
+            select(Case("spmm_rows", "meta", torch.float32))
+    A = build("csr", *make_coo("odd"))
     with use_backend("numba"):
         with pytest.raises(ValueError, match="numba: kernels are compiled for float32/float64"):
             spmm(A.with_values(A.val.half()), torch.randn(7, 3).half())
@@ -120,6 +138,16 @@ def _mat(fmt, case="odd", seed=0):
     return build(fmt, row, col, val, shape)
 
 
+def _gradcheck(backend, fn, args):
+    """gradcheck; in fast mode (random projections, not every Jacobian entry) for
+    the Triton interpreter, which runs each kernel program in Python."""
+    return torch.autograd.gradcheck(fn, args, fast_mode=backend == "triton")
+
+
+def _gradgradcheck(backend, fn, args):
+    return torch.autograd.gradgradcheck(fn, args, fast_mode=backend == "triton")
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("heads", [None, 2])
@@ -133,8 +161,8 @@ def test_spmm_gradcheck(fmt, heads, backend):
         for transpose in (False, True):
             rows_in = n if transpose else m
             B = torch.randn((rows_in, 3) if heads is None else (rows_in, heads, 3), generator=g, dtype=F64, requires_grad=True)
-            assert torch.autograd.gradcheck(lambda B, v: spmm(A, B, transpose=transpose, values=v), (B, val))
-            assert torch.autograd.gradgradcheck(lambda B, v: spmm(A, B, transpose=transpose, values=v), (B, val))
+            assert _gradcheck(backend, lambda B, v: spmm(A, B, transpose=transpose, values=v), (B, val))
+            assert _gradgradcheck(backend, lambda B, v: spmm(A, B, transpose=transpose, values=v), (B, val))
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -151,8 +179,8 @@ def test_sddmm_gradcheck(fmt, heads, backend):
     val = torch.randn(vshape, generator=g, dtype=F64)
     args = tuple(t.requires_grad_() for t in (B, C, val))
     with use_backend(backend):
-        assert torch.autograd.gradcheck(lambda B, C, v: sddmm(A, B, C, values=v), args)
-        assert torch.autograd.gradgradcheck(lambda B, C, v: sddmm(A, B, C, values=v), args)
+        assert _gradcheck(backend, lambda B, C, v: sddmm(A, B, C, values=v), args)
+        assert _gradgradcheck(backend, lambda B, C, v: sddmm(A, B, C, values=v), args)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -163,8 +191,8 @@ def test_edge_softmax_gradcheck(fmt, heads, backend):
     g = torch.Generator().manual_seed(3)
     s = torch.randn((A.nnz,) if heads is None else (A.nnz, heads), generator=g, dtype=F64, requires_grad=True)
     with use_backend(backend):
-        assert torch.autograd.gradcheck(lambda s: edge_softmax(A, s), (s,))
-        assert torch.autograd.gradgradcheck(lambda s: edge_softmax(A, s), (s,))
+        assert _gradcheck(backend, lambda s: edge_softmax(A, s), (s,))
+        assert _gradgradcheck(backend, lambda s: edge_softmax(A, s), (s,))
 
 
 def test_gradient_flows_to_format_values():

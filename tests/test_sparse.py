@@ -12,6 +12,7 @@ from corgnn.sparse import COO, CSR, ELL, Hybrid, convert, edge_softmax, sddmm, s
 from corgnn.sparse import ops, use_backend
 from corgnn.sparse.backends import numba_kernels as cpu
 from corgnn.sparse.ell import hybrid_threshold
+from conftest import KERNEL_BACKENDS
 
 FORMATS = ["csr", "csc", "coo", "coo-unsorted", "ell", "hybrid", "hybrid-t1"]
 CASES = ["odd", "empty-rows", "nnz1", "nnz0", "hub", "duplicates"]
@@ -78,9 +79,10 @@ def dense(A, val=None) -> torch.Tensor:
     return out
 
 
-@pytest.fixture(params=["numba", "torch"])
+@pytest.fixture(params=KERNEL_BACKENDS)
 def backend(request):
-    """Run each test on the Numba kernels and on the torch reference backend."""
+    """Run each test on the Numba kernels, the torch reference backend and the Triton
+    kernels (in Triton's interpreter on CPU)."""
     with use_backend(request.param):
         yield request.param
 

@@ -81,7 +81,14 @@ class Backend:
         raise NotImplementedError
 
     def kernel(self, op: str) -> Callable:
+        """The implementation of ``op`` (called eagerly, inside the op)."""
         return getattr(self, op)
+
+    def traceable(self, op: str) -> Callable | None:
+        """A form of ``op`` that ``torch.compile`` may trace into (a
+        ``torch.library.triton_op``), or ``None``: the opaque custom op is traced and
+        runs :meth:`kernel` when called."""
+        return None
 
 
 _BACKENDS: dict[str, Backend] = {}

@@ -39,11 +39,15 @@ Paper: appendix "Common Sparse Operators" (Listings 1-2), "GAT Forward Pass",
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import torch
 from torch import Tensor
+from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.library import custom_op
 
-from .dispatch import Case, run
+from .dispatch import Case, run, select
 
 __all__ = [
     "spmm_rows",
@@ -65,30 +69,83 @@ OPS: dict = {}
 """Every custom op by its short name (``torch.ops.corgnn.<name>``)."""
 
 
-def _kernel_op(fn):
-    """Register ``fn`` as the custom op ``corgnn::<fn name>`` and return a caller
-    that runs the op when traced by ``torch.compile`` and ``fn`` itself in eager.
+def _kernel_op(dense: int, semi_batched: bool = False):
+    """Register the decorated signature as the custom op ``corgnn::<name>`` (its
+    implementation runs the kernel of the backend dispatch picks for the call) and
+    return a caller that runs the op when traced by ``torch.compile`` and the
+    implementation itself in eager.
+
+    ``dense``: position of the dense operand whose device and dtype decide the
+    backend; ``semi_batched``: the op always has a head dimension (``dense.size(1)``),
+    else it has one when ``dense`` is 3-D.
 
     NOTE: in eager the dispatcher round trip of a custom op costs about 9 µs per
     call (measured: 18.7 vs 9.8 µs for a tiny SpMM, 2-core CPU); a Cora training
     step makes ~20 kernel calls in ~1.5 ms, so that would be an estimated ~10 %.
-    ``fn`` is the op's own implementation, so both paths run the same code.
-    ``.op`` is the registered op.
+    Both paths run the same implementation.
+
+    Under ``torch.compile`` dynamo sees the op; when AOTAutograd traces it, a
+    backend that offers a traceable form (:meth:`Backend.traceable`: the Triton
+    kernels registered with ``torch.library.triton_op``, which Inductor can see
+    into) replaces it (:func:`_decompose`, the backend chosen at trace time); any
+    other backend runs inside the opaque op, chosen when it runs. The caller's ``.op`` is the registered op, ``.fake`` its fake
+    implementation (set by :func:`_fake`).
     """
-    op = custom_op(f"corgnn::{fn.__name__}", mutates_args=())(fn)
-    OPS[fn.__name__] = op
 
-    def call(*args):
-        if torch.compiler.is_compiling():
-            return op(*args)
-        return fn(*args)
+    def register(sig):
+        name = sig.__name__
 
-    call.__name__, call.__doc__, call.op = fn.__name__, fn.__doc__, op
-    return call
+        def case_of(*args) -> Case:
+            D = args[dense]
+            return Case(name, D.device.type, D.dtype, D.size(1) if semi_batched or D.dim() == 3 else None)
+
+        @functools.wraps(sig)
+        def impl(*args):
+            return run(name, case_of(*args), *args)
+
+        op = custom_op(f"corgnn::{name}", mutates_args=())(impl)
+        op.register_torch_dispatch(FunctionalTensorMode, functools.partial(_decompose, case_of, name))
+        OPS[name] = op
+        CASE_OF[name] = case_of
+
+        def call(*args):
+            return op(*args) if torch.compiler.is_compiling() else impl(*args)
+
+        call.__name__, call.__doc__, call.op, call.fake = name, sig.__doc__, op, None
+        return call
+
+    return register
 
 
-def _case(op: str, dense: Tensor, heads_dim: bool) -> Case:
-    return Case(op, dense.device.type, dense.dtype, dense.size(1) if heads_dim else None)
+CASE_OF: dict = {}
+"""Per op, ``args -> Case``: what dispatch needs to know about one call."""
+
+
+def _decompose(case_of, name, mode, op, types, args, kwargs):
+    """The op under ``FunctionalTensorMode`` (AOTAutograd tracing a compiled graph):
+    replaced by the selected backend's traceable form when it has one (as
+    ``torch.library.triton_op`` decomposes itself, so Inductor sees the Triton
+    kernels), else kept as the opaque op. Runs as plain Python at trace time, so
+    dynamo never traces the dispatch code."""
+    case = case_of(*args)
+    if not isinstance(case.heads, (int, type(None))):  # a symbolic head count (dynamic shapes)
+        case = dataclasses.replace(case, heads=None)  # no backend decides on it; keeps Case hashable
+    traced = select(case).traceable(name)
+    if traced is None:
+        return mode.__torch_dispatch__(op, types, args, kwargs)
+    with mode:
+        return traced(*args, **kwargs)
+
+
+def _fake(call):
+    """Register the decorated function as ``call``'s fake implementation (``call.fake``)."""
+
+    def register(fake):
+        call.op.register_fake(fake)
+        call.fake = fake
+        return fake
+
+    return register
 
 
 def _out_rows(B: Tensor, rows) -> Tensor:
@@ -102,32 +159,32 @@ def _entries(B: Tensor, nnz) -> Tensor:
 # ----------------------------------------------------------------------------- SpMM
 
 
-@_kernel_op
+@_kernel_op(4)
 def spmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor) -> Tensor:
-    return run("spmm_rows", _case("spmm_rows", B, B.dim() == 3), ptr, idx, perm, val, B)
+    ...
 
 
-@spmm_rows.op.register_fake
+@_fake(spmm_rows)
 def _(ptr, idx, perm, val, B):
     return _out_rows(B, ptr.shape[0] - 1)
 
 
-@_kernel_op
+@_kernel_op(3)
 def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tensor:
-    return run("spmm_ell", _case("spmm_ell", B, B.dim() == 3), col, lengths, V, B)
+    ...
 
 
-@spmm_ell.op.register_fake
+@_fake(spmm_ell)
 def _(col, lengths, V, B):
     return _out_rows(B, col.shape[0])
 
 
-@_kernel_op
+@_kernel_op(5)
 def spmm_hybrid(head_ptr: Tensor, head_col: Tensor, tail_row: Tensor, tail_col: Tensor, val: Tensor | None, B: Tensor) -> Tensor:
-    return run("spmm_hybrid", _case("spmm_hybrid", B, B.dim() == 3), head_ptr, head_col, tail_row, tail_col, val, B)
+    ...
 
 
-@spmm_hybrid.op.register_fake
+@_fake(spmm_hybrid)
 def _(head_ptr, head_col, tail_row, tail_col, val, B):
     return _out_rows(B, head_ptr.shape[0] - 1)
 
@@ -135,32 +192,32 @@ def _(head_ptr, head_col, tail_row, tail_col, val, B):
 # ---------------------------------------------------------------------------- SDDMM
 
 
-@_kernel_op
+@_kernel_op(4)
 def sddmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
-    return run("sddmm_rows", _case("sddmm_rows", B, B.dim() == 3), ptr, idx, perm, val, B, C)
+    ...
 
 
-@sddmm_rows.op.register_fake
+@_fake(sddmm_rows)
 def _(ptr, idx, perm, val, B, C):
     return _entries(B, idx.shape[0])
 
 
-@_kernel_op
+@_kernel_op(3)
 def sddmm_coo(row: Tensor, col: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
-    return run("sddmm_coo", _case("sddmm_coo", B, B.dim() == 3), row, col, val, B, C)
+    ...
 
 
-@sddmm_coo.op.register_fake
+@_fake(sddmm_coo)
 def _(row, col, val, B, C):
     return _entries(B, row.shape[0])
 
 
-@_kernel_op
+@_kernel_op(4)
 def sddmm_ell(col: Tensor, lengths: Tensor, offsets: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
-    return run("sddmm_ell", _case("sddmm_ell", B, B.dim() == 3), col, lengths, offsets, val, B, C)
+    ...
 
 
-@sddmm_ell.op.register_fake
+@_fake(sddmm_ell)
 def _(col, lengths, offsets, val, B, C):
     ctx = torch.library.get_ctx()
     return _entries(B, ctx.new_dynamic_size())  # nnz = lengths.sum(), data-dependent
@@ -169,12 +226,12 @@ def _(col, lengths, offsets, val, B, C):
 # ---------------------------------------------------------------------- edge softmax
 
 
-@_kernel_op
+@_kernel_op(2, semi_batched=True)
 def edge_softmax_rows(ptr: Tensor, perm: Tensor | None, scores: Tensor) -> Tensor:
-    return run("edge_softmax_rows", _case("edge_softmax_rows", scores, True), ptr, perm, scores)
+    ...
 
 
-@edge_softmax_rows.op.register_fake
+@_fake(edge_softmax_rows)
 def _(ptr, perm, scores):
     return torch.empty_like(scores)
 
@@ -182,54 +239,51 @@ def _(ptr, perm, scores):
 # ------------------------------------------------------------------------------ GAT
 
 
-@_kernel_op
+@_kernel_op(0, semi_batched=True)
 def gat_node_scores(M: Tensor, a_src: Tensor, a_dst: Tensor) -> tuple[Tensor, Tensor]:
-    return run("gat_node_scores", _case("gat_node_scores", M, True), M, a_src, a_dst)
+    ...
 
 
-@gat_node_scores.op.register_fake
+@_fake(gat_node_scores)
 def _(M, a_src, a_dst):
     return M.new_empty(M.shape[:2]), M.new_empty(M.shape[:2])
 
 
-@_kernel_op
+@_kernel_op(5, semi_batched=True)
 def gat_attention(
     ptr: Tensor, idx: Tensor, perm: Tensor | None, s: Tensor, d: Tensor, M: Tensor,
     negative_slope: float, p: float, seed: Tensor, want_leaky: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return run("gat_attention", _case("gat_attention", M, True), ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky)
+    ...
 
 
-@gat_attention.op.register_fake
+@_fake(gat_attention)
 def _(ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
     q, H = idx.shape[0], M.shape[1]
     leaky = M.new_empty((q if want_leaky else 0, H), dtype=torch.bool)
     return M.new_empty((ptr.shape[0] - 1,) + tuple(M.shape[1:])), M.new_empty((q, H)), leaky
 
 
-@_kernel_op
+@_kernel_op(7, semi_batched=True)
 def gat_attention_backward(
     ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
     G: Tensor, M: Tensor, a_src: Tensor, a_dst: Tensor,
     alpha: Tensor | None, leaky: Tensor | None, s: Tensor | None, d: Tensor | None,
     negative_slope: float, p: float, seed: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    return run(
-        "gat_attention_backward", _case("gat_attention_backward", M, True),
-        ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed,
-    )
+    ...
 
 
-@gat_attention_backward.op.register_fake
+@_fake(gat_attention_backward)
 def _(ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
     return torch.empty_like(M), M.new_empty(M.shape[:2]), M.new_empty(M.shape[:2])
 
 
-@_kernel_op
+@_kernel_op(2, semi_batched=True)
 def gat_head_weighted_sums(w1: Tensor, w2: Tensor, M: Tensor) -> tuple[Tensor, Tensor]:
-    return run("gat_head_weighted_sums", _case("gat_head_weighted_sums", M, True), w1, w2, M)
+    ...
 
 
-@gat_head_weighted_sums.op.register_fake
+@_fake(gat_head_weighted_sums)
 def _(w1, w2, M):
     return M.new_empty(M.shape[1:]), M.new_empty(M.shape[1:])

@@ -1,0 +1,267 @@
+"""Launchers of the Triton kernels, registered as ``torch.library.triton_op``
+(``torch.ops.corgnn.triton_<op>``), one per kernel op of :mod:`corgnn.sparse.library`.
+
+Imported on first use by the ``triton`` backend (:mod:`.triton`), never by
+``import corgnn``: Triton decides at kernel definition whether kernels run compiled
+(CUDA) or in its interpreter (``TRITON_INTERPRET=1``, CPU tensors), so the variable
+must be set before this module is first imported.
+
+Each launcher allocates the outputs, picks the launch grid from the shapes only
+(so ``torch.compile`` can trace it: no data-dependent sizes, no host syncs) and
+launches :mod:`.triton_kernels`. Its fake implementation is the library op's own
+(:attr:`corgnn.sparse.library.spmm_rows.fake`, ...), so every backend's op has the
+same output metadata. ``gat_node_scores`` and ``gat_head_weighted_sums`` are dense
+reductions: they run as torch ops (cuBLAS-backed einsums), not Triton kernels.
+
+Tuning constants (untuned: no GPU was available when they were written; see the
+closing note of the GPU-backend issue):
+
+* :data:`BLOCK_E` entries per inner step, :data:`MAX_BLOCK_F` feature columns per
+  program, :data:`MAX_BLOCK_K` per-head features per program;
+* :data:`SPLIT_CHUNK`: rows longer than this many entries are split across
+  programs (:mod:`.triton_kernels`, "Load balancing").
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from torch import Tensor
+from torch.library import triton_op, wrap_triton
+
+from .. import library as L
+from . import triton_kernels as K
+from .torch_ref import TorchBackend
+
+__all__ = ["LAUNCHERS", "TRACEABLE", "interpreted"]
+
+BLOCK_E = 32
+MAX_BLOCK_F = 128
+MAX_BLOCK_K = 64
+SPLIT_CHUNK = 256
+
+LAUNCHERS: dict = {}
+"""Op name -> launcher (what the backend runs eagerly)."""
+TRACEABLE: dict = {}
+"""Op name -> the registered ``triton_op`` (what ``torch.compile`` traces into)."""
+
+
+def interpreted() -> bool:
+    """Whether the kernels were defined for Triton's interpreter (CPU tensors)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(K.spmm_rows_kernel, InterpretedFunction)
+
+
+def _register(name: str):
+    """Register the launcher as ``corgnn::triton_<name>`` with the library op's fake."""
+
+    def deco(fn):
+        op = triton_op(f"corgnn::triton_{name}", fn, mutates_args=())
+        op.register_fake(getattr(L, name).fake)
+        LAUNCHERS[name] = op
+        TRACEABLE[name] = op
+        return op
+
+    return deco
+
+
+def _pow2(x: int, cap: int) -> int:
+    return max(2, min(cap, triton.next_power_of_2(max(1, x))))
+
+
+def _iters(n: int) -> int:
+    """Bisection steps that find a row among ``n`` (``>= ceil(log2 n) + 1``)."""
+    return max(1, int(n).bit_length() + 1)
+
+
+def _acc64(t: Tensor) -> bool:
+    return t.dtype == torch.float64
+
+
+def _heads(B: Tensor) -> tuple[int, int, int]:
+    """``(F, H, K)``: a row's width, heads and per-head width of a 2-D/3-D operand."""
+    if B.dim() == 3:
+        return B.shape[1] * B.shape[2], B.shape[1], B.shape[2]
+    return B.shape[1], 1, B.shape[1]
+
+
+def _spmm(ptr, idx, perm, val, B: Tensor, out: Tensor, *, ell_width: int = 0, accumulate: bool = False) -> Tensor:
+    """Launch the SpMM of one row plan (``ell_width > 0``: ELLPACK, ``ptr`` = lengths)
+    into ``out`` (``accumulate``: add to it)."""
+    n = out.shape[0]
+    F, H, Kh = _heads(B)
+    if n == 0 or F == 0:
+        return out
+    B = B.contiguous()
+    BF = _pow2(F, MAX_BLOCK_F)
+    ftiles = triton.cdiv(F, BF)
+    flags = dict(HAS_PERM=perm is not None, HAS_VAL=val is not None, MULTI_HEAD=B.dim() == 3, ACC64=_acc64(B))
+    val_arg = B if val is None else val.contiguous()
+    perm_arg = idx if perm is None else perm
+    q = idx.shape[0]
+    split = ell_width == 0 and q > SPLIT_CHUNK
+    part = out
+    if split:
+        chunks = triton.cdiv(q, SPLIT_CHUNK)
+        part = torch.empty(chunks * 2 * F, dtype=torch.float64 if _acc64(B) else torch.float32, device=B.device)
+        wrap_triton(K.spmm_chunks_kernel)[(chunks, ftiles)](
+            ptr, idx, perm_arg, val_arg, B, part, n, F, Kh, H, SPLIT_CHUNK, _iters(n), **flags, BLOCK_E=BLOCK_E, BLOCK_F=BF,
+        )
+    wrap_triton(K.spmm_rows_kernel)[(n, ftiles)](
+        ptr, idx, perm_arg, val_arg, B, part, B, out, n, F, Kh, H, SPLIT_CHUNK, ell_width, **flags,
+        ELL=ell_width > 0, SPLIT=split, ACCUMULATE=accumulate, HAS_BIAS=False, BLOCK_E=BLOCK_E, BLOCK_F=BF,
+    )
+    return out
+
+
+def _rows_out(B: Tensor, n: int) -> Tensor:
+    return torch.empty((n,) + tuple(B.shape[1:]), dtype=B.dtype, device=B.device)
+
+
+# ----------------------------------------------------------------------------- SpMM
+
+
+@_register("spmm_rows")
+def spmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor) -> Tensor:
+    return _spmm(ptr, idx, perm, val, B, _rows_out(B, ptr.shape[0] - 1))
+
+
+@_register("spmm_ell")
+def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tensor:
+    out = _rows_out(B, col.shape[0])
+    if col.shape[1] == 0:
+        return out.zero_()
+    return _spmm(lengths, col, None, V, B, out, ell_width=col.shape[1])
+
+
+@_register("spmm_hybrid")
+def spmm_hybrid(head_ptr: Tensor, head_col: Tensor, tail_row: Tensor, tail_col: Tensor, val: Tensor | None, B: Tensor) -> Tensor:
+    n, q1 = head_ptr.shape[0] - 1, head_col.shape[0]
+    out = _spmm(head_ptr, head_col, None, None if val is None else val[:q1], B, _rows_out(B, n))
+    # the COO part is sorted by row: its row pointer is a bisection of the row array
+    tail_ptr = torch.searchsorted(tail_row, torch.arange(n + 1, device=tail_row.device, dtype=tail_row.dtype))
+    return _spmm(tail_ptr, tail_col, None, None if val is None else val[q1:], B, out, accumulate=True)
+
+
+# ---------------------------------------------------------------------------- SDDMM
+
+
+def _sddmm(mode: int, rows, idx, perm, val, B: Tensor, C: Tensor, slots: int, nnz: int, ell_width: int = 0) -> Tensor:
+    _, H, Kh = _heads(B)
+    out = torch.empty((nnz,) + tuple(B.shape[1:-1]), dtype=B.dtype, device=B.device)
+    if slots == 0:
+        return out
+    BE = max(BLOCK_E, 64)
+    wrap_triton(K.sddmm_kernel)[(triton.cdiv(slots, BE), H)](
+        rows, idx, idx if perm is None else perm, B if val is None else val.contiguous(), B.contiguous(), C.contiguous(), out,
+        slots, B.shape[0], H, Kh, _iters(B.shape[0]), ell_width,
+        MODE=mode, HAS_PERM=perm is not None, HAS_VAL=val is not None, ACC64=_acc64(B), BLOCK_E=BE, BLOCK_K=_pow2(Kh, MAX_BLOCK_K),
+    )
+    return out
+
+
+@_register("sddmm_rows")
+def sddmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+    return _sddmm(0, ptr, idx, perm, val, B, C, idx.shape[0], idx.shape[0])
+
+
+@_register("sddmm_coo")
+def sddmm_coo(row: Tensor, col: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+    return _sddmm(1, row, col, None, val, B, C, row.shape[0], row.shape[0])
+
+
+@_register("sddmm_ell")
+def sddmm_ell(col: Tensor, lengths: Tensor, offsets: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+    # NOTE: the entry count is data-dependent (one host sync); ELLPACK is an eager-only format
+    nnz = int(lengths.sum())
+    return _sddmm(2, offsets, col, None, val, B, C, col.numel(), nnz, max(1, col.shape[1]))
+
+
+# ---------------------------------------------------------------------- edge softmax
+
+
+@_register("edge_softmax_rows")
+def edge_softmax_rows(ptr: Tensor, perm: Tensor | None, scores: Tensor) -> Tensor:
+    out = torch.zeros_like(scores, memory_format=torch.contiguous_format)  # padding entries stay 0
+    n, H = ptr.shape[0] - 1, scores.shape[1]
+    if n == 0 or scores.shape[0] == 0:
+        return out
+    wrap_triton(K.edge_softmax_kernel)[(n,)](
+        ptr, ptr if perm is None else perm, scores.contiguous(), out, H,
+        HAS_PERM=perm is not None, ACC64=_acc64(scores), BLOCK_E=BLOCK_E, BLOCK_H=_pow2(H, 1 << 16),
+    )
+    return out
+
+
+# ------------------------------------------------------------------------------ GAT
+
+
+def _consts(negative_slope: float, p: float, M: Tensor) -> tuple[Tensor, int]:
+    """The float64 ``[slope, scale]`` tensor the GAT kernels read, and the dropout threshold."""
+    from ..attention import dropout_kernel_args
+
+    thresh, scale, _, _ = dropout_kernel_args(p, torch.zeros(1, dtype=torch.long))
+    return torch.tensor([negative_slope, scale], dtype=torch.float64, device=M.device), thresh
+
+
+@_register("gat_attention")
+def gat_attention(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, s: Tensor, d: Tensor, M: Tensor,
+    negative_slope: float, p: float, seed: Tensor, want_leaky: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    n, H, Kh = M.shape
+    q = idx.shape[0]
+    alpha = torch.zeros(q, H, dtype=M.dtype, device=M.device)  # padding entries stay 0
+    leaky = torch.zeros(q if want_leaky else 0, H, dtype=torch.bool, device=M.device)
+    out = torch.empty(ptr.shape[0] - 1, H, Kh, dtype=M.dtype, device=M.device)
+    if out.numel() == 0:
+        return out, alpha, leaky
+    consts, thresh = _consts(negative_slope, p, M)
+    BK = _pow2(Kh, MAX_BLOCK_K)
+    wrap_triton(K.gat_forward_kernel)[(out.shape[0], H, triton.cdiv(Kh, BK))](
+        ptr, idx, idx if perm is None else perm, s.contiguous(), d.contiguous(), M.contiguous(), alpha,
+        leaky if want_leaky else alpha, out, H, Kh, consts, seed, thresh,
+        HAS_PERM=perm is not None, WANT_LEAKY=want_leaky, DROP=p > 0, ACC64=_acc64(M), BLOCK_E=BLOCK_E, BLOCK_K=BK,
+    )
+    return out, alpha, leaky
+
+
+@_register("gat_attention_backward")
+def gat_attention_backward(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
+    G: Tensor, M: Tensor, a_src: Tensor, a_dst: Tensor,
+    alpha: Tensor | None, leaky: Tensor | None, s: Tensor | None, d: Tensor | None,
+    negative_slope: float, p: float, seed: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    n, H, Kh = M.shape
+    q = idx.shape[0]
+    cached = alpha is not None and leaky is not None
+    write_ad = p > 0 or not cached
+    alpha_d = torch.empty(q if write_ad else 0, H, dtype=M.dtype, device=M.device)
+    dy = torch.empty(q, H, dtype=M.dtype, device=M.device)
+    dd = torch.empty(n, H, dtype=M.dtype, device=M.device)
+    dM = torch.empty_like(M, memory_format=torch.contiguous_format)
+    ds = torch.empty(n, H, dtype=M.dtype, device=M.device)
+    if M.numel() == 0:
+        return dM, ds.zero_(), dd.zero_()
+    consts, thresh = _consts(negative_slope, p, M)
+    G, M = G.contiguous(), M.contiguous()
+    BK = _pow2(Kh, MAX_BLOCK_K)
+    any_ = alpha_d if write_ad else alpha
+    wrap_triton(K.gat_backward_rows_kernel)[(n, H)](
+        ptr, idx, idx if perm is None else perm, G, M,
+        alpha if cached else any_, leaky if cached else any_, s if s is not None else any_, d if d is not None else any_,
+        any_, dy, dd, H, Kh, consts, seed, thresh,
+        HAS_PERM=perm is not None, CACHED=cached, DROP=p > 0, WRITE_AD=write_ad, ACC64=_acc64(M), BLOCK_E=BLOCK_E, BLOCK_K=BK,
+    )
+    wrap_triton(K.gat_backward_cols_kernel)[(n, H, triton.cdiv(Kh, BK))](
+        tptr, tidx, tidx if tperm is None else tperm, G, any_, dy, dd, a_src.contiguous(), a_dst.contiguous(), dM, ds, H, Kh,
+        HAS_PERM=tperm is not None, ACC64=_acc64(M), BLOCK_E=BLOCK_E, BLOCK_K=BK,
+    )
+    return dM, ds, dd
+
+
+# dense reductions: torch ops on every device (cuBLAS on GPU), no Triton kernel
+LAUNCHERS["gat_node_scores"] = TorchBackend().gat_node_scores
+LAUNCHERS["gat_head_weighted_sums"] = TorchBackend().gat_head_weighted_sums
