@@ -14,7 +14,7 @@ from corgnn.graph import Graph
 from corgnn.nn import GAT, GATConv
 from corgnn.sparse import use_backend
 from corgnn.sparse.attention import DropoutSpec, dropout_keep_mask
-from conftest import make_graph
+from conftest import KERNEL_BACKENDS, make_graph
 
 SCHEMES = list(GAT_CACHE_SCHEMES)
 F64 = torch.float64
@@ -110,7 +110,7 @@ def reference_gat(x, W, a_src, a_dst, b, A, heads, concat, slope, keep):
     return (out.reshape(n, -1) if concat else out.mean(1)) + b
 
 
-@pytest.mark.parametrize("backend", ["numba", "torch"])
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 def test_attention_dropout_matches_reference(backend):
     ei, n = make_graph(seed=3)
     A = Graph(ei, num_nodes=n).gat_adjacency()
