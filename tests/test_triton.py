@@ -1,0 +1,217 @@
+"""The ``triton`` backend: its kernels registered as ``triton_op``s, the split of
+long rows, whole GCN and GAT layers against PyG on it (every scheme and caching
+mode), half precision, the environment controls, and the compile-time
+decomposition into a backend's traceable ops.
+
+Without a GPU the kernels run in Triton's interpreter on CPU tensors (conftest sets
+``TRITON_INTERPRET=1``), one program at a time: the graphs here are tiny. The other
+test modules run every op of every format on this backend too (``KERNEL_BACKENDS``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import HAS_TRITON
+
+pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="the triton package is not installed")
+
+import test_gat  # noqa: E402
+import test_gcn  # noqa: E402
+from corgnn.sparse import dispatch, spmm, use_backend  # noqa: E402
+from corgnn.sparse import library as L  # noqa: E402
+from corgnn.sparse.dispatch import Case, select  # noqa: E402
+from test_library import _op_samples  # noqa: E402
+from test_sparse import build, dense, make_coo  # noqa: E402
+
+F64 = torch.float64
+
+
+@pytest.fixture
+def triton_ops():
+    from corgnn.sparse.backends import triton_ops
+
+    return triton_ops
+
+
+@pytest.mark.parametrize("name", sorted(L.OPS))
+def test_kernels_are_triton_ops_with_the_library_fakes(name, triton_ops):
+    if name in ("gat_node_scores", "gat_head_weighted_sums"):  # dense reductions: torch ops
+        assert name not in triton_ops.TRACEABLE and name in triton_ops.LAUNCHERS
+        return
+    op = getattr(torch.ops.corgnn, f"triton_{name}")
+    assert triton_ops.TRACEABLE[name] is triton_ops.LAUNCHERS[name]
+    # the interpreter runs kernels eagerly on real tensors only, so the checks that
+    # trace the kernels themselves (aot_dispatch) need a GPU; schema + fake here
+    for args in _op_samples()[name]:
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.parametrize("case", ["hub", "odd", "duplicates"])
+@pytest.mark.parametrize("heads", [None, 3])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_long_rows_are_split_across_programs(case, heads, transpose, triton_ops, monkeypatch):
+    monkeypatch.setattr(triton_ops, "SPLIT_CHUNK", 4)  # every row over 4 entries takes the chunk path
+    row, col, val, shape = make_coo(case, F64)
+    A = build("csr", row, col, val, shape)
+    D = dense(A)
+    n_in = shape[0] if transpose else shape[1]
+    if heads is None:
+        B = torch.randn(n_in, 5, dtype=F64)
+        want = (D.t() if transpose else D) @ B
+        vals = None
+    else:
+        B = torch.randn(n_in, heads, 5, dtype=F64)
+        vals = torch.randn(A.nnz, heads, dtype=F64)
+        Dh = dense(A, vals)
+        want = torch.einsum("hij,jhk->ihk", Dh.transpose(1, 2) if transpose else Dh, B)
+    with use_backend("triton"):
+        got = spmm(A, B, transpose=transpose, values=vals)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_padded_entry_arrays_of_the_compiled_adjacency(triton_ops, monkeypatch):
+    """Per-entry arrays padded past ``ptr[-1]`` (``corgnn.graph`` compile path): the
+    padding is never walked, padded per-entry outputs are 0."""
+    monkeypatch.setattr(triton_ops, "SPLIT_CHUNK", 4)
+    row, col, val, shape = make_coo("hub", F64)
+    A = build("csr", row, col, val, shape)
+    ptr, idx, _ = A.row_plan(False)
+    pad = 9
+    idx_p = torch.cat([idx, torch.zeros(pad, dtype=idx.dtype)])
+    val_p = torch.cat([A.val, torch.full((pad,), 7.0, dtype=F64)])
+    B, C = torch.randn(shape[1], 4, dtype=F64), torch.randn(shape[0], 4, dtype=F64)
+    with use_backend("triton"):
+        out = L.spmm_rows(ptr, idx_p, None, val_p, B)
+        sd = L.sddmm_rows(ptr, idx_p, None, val_p, C, B)
+        sm = L.edge_softmax_rows(ptr, None, torch.randn(idx_p.numel(), 2, dtype=F64))
+    torch.testing.assert_close(out, dense(A) @ B)
+    torch.testing.assert_close(sd[: A.nnz], A.val * (C[A.row()] * B[A.col]).sum(1))
+    assert sd[A.nnz:].eq(0).all() and sm[A.nnz:].eq(0).all()
+
+
+# ------------------------------------------------------------------ layers vs PyG
+@pytest.mark.parametrize("scheme", test_gcn.SCHEMES)
+def test_gcn_layer_matches_pyg_on_triton(scheme):
+    with use_backend("triton"):
+        test_gcn.test_matches_pyg_float64(scheme, 6, 3, True, True)
+        test_gcn.test_matches_pyg_float64(scheme, 3, 8, False, False)
+
+
+@pytest.mark.parametrize("cache", test_gat.SCHEMES)
+def test_gat_layer_matches_pyg_on_triton(cache):
+    with use_backend("triton"):
+        test_gat.test_matches_pyg_float64(cache, 3, True)
+        test_gat.test_matches_pyg_float64(cache, 1, False)
+
+
+@pytest.mark.parametrize("fmt", ["coo", "csc", "ell", "hybrid"])
+def test_gat_formats_on_triton(fmt):
+    with use_backend("triton"):
+        test_gat.test_formats_agree(fmt)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_accumulates_in_float32(dtype):
+    """bfloat16/float16 operands: kernels accumulate in float32 (as cuSPARSE and PyG),
+    so the result is the float32 product rounded once."""
+    row, col, val, shape = make_coo("hub", torch.float32)
+    A = build("csr", row, col, val, shape)
+    B = torch.randn(shape[1], 6)
+    Ah, Bh = A.with_values(A.val.to(dtype)), B.to(dtype)
+    want = (dense(Ah).float() @ Bh.float()).to(dtype)
+    with use_backend("triton"):
+        got = spmm(Ah, Bh)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
+# ----------------------------------------------------------------------- controls
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True, text=True, timeout=300)
+
+
+def test_env_forced_triton_trains_gcn_and_gat_like_numba():
+    """``CORGNN_BACKEND=triton TRITON_INTERPRET=1``: a GCN and a GAT step run every
+    kernel on Triton and agree with the Numba kernels."""
+    code = """
+import torch, corgnn
+from corgnn.sparse import use_backend
+from corgnn.sparse.dispatch import select, Case
+assert select(Case("spmm_rows", "cpu", torch.float32)).name == "triton"
+torch.manual_seed(0)
+ei = torch.randint(0, 30, (2, 120))
+x = torch.randn(30, 5)
+for model in (corgnn.nn.GCN(5, 8, 3), corgnn.nn.GAT(5, 4, 3, heads=2)):
+    model.eval()
+    res = []
+    for be in ("triton", "numba"):
+        with use_backend(be):
+            model.zero_grad()
+            out = model(x, ei)
+            out.square().sum().backward()
+            res.append([out.detach()] + [p.grad.clone() for p in model.parameters()])
+    err = max(float((a - b).abs().max()) for a, b in zip(*res))
+    assert err < 1e-4, err
+print("ok")
+"""
+    out = _run(code, CORGNN_BACKEND="triton", TRITON_INTERPRET="1")
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_cpu_tensors_without_the_interpreter_are_declined_with_the_reason():
+    code = """
+import torch
+from corgnn.sparse.dispatch import select, Case
+print(select(Case("spmm_rows", "cpu", torch.float32)).name)
+try:
+    select(Case("spmm_rows", "cuda", torch.float32))
+    print("cuda: triton")
+except ValueError as e:
+    print(e)
+"""
+    out = _run(code, CORGNN_BACKEND="", TRITON_INTERPRET="0")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == ["numba", "cuda: triton"]
+    forced = _run(code.splitlines()[1] + "\n" + code.splitlines()[2] + "\nselect(Case('spmm_rows', 'cpu', torch.float32))", CORGNN_BACKEND="triton", TRITON_INTERPRET="0")
+    assert forced.returncode != 0 and "TRITON_INTERPRET=1" in forced.stderr
+
+
+def test_compile_traces_a_backends_traceable_op(monkeypatch):
+    """Under ``torch.compile`` a library op is replaced by the selected backend's
+    traceable form (how Inductor sees the Triton kernels on a GPU; the interpreter
+    cannot be traced, so a stand-in backend with a plain custom op is used here)."""
+    from corgnn.sparse.backends import TorchBackend
+
+    calls = []
+
+    @torch.library.custom_op("corgnn_test::traced_spmm_rows", mutates_args=())
+    def traced(ptr: torch.Tensor, idx: torch.Tensor, perm: torch.Tensor | None, val: torch.Tensor | None, B: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return TorchBackend().spmm_rows(ptr, idx, perm, val, B)
+
+    traced.register_fake(L.spmm_rows.fake)
+
+    class Traced(TorchBackend):
+        name = "traced-test"
+
+        def traceable(self, op):
+            return traced if op == "spmm_rows" else None
+
+    monkeypatch.setitem(dispatch._registry(), "traced-test", Traced())
+    monkeypatch.setattr(dispatch, "_SELECTED", {})
+    row, col, val, shape = make_coo("odd", torch.float32)
+    A = build("csr", row, col, val, shape)
+    B = torch.randn(shape[1], 4)
+    fn = torch.compile(lambda B: spmm(A, B) * 2, backend="aot_eager", fullgraph=True)
+    torch._dynamo.reset()
+    with use_backend("traced-test"):
+        got = fn(B)
+    assert calls, "the traceable op was not used"
+    torch.testing.assert_close(got, 2 * (dense(A) @ B))
+    torch._dynamo.reset()
