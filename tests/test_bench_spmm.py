@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
+
 from corgnn.bench.spmm import FORMATS, bench_graph, format_table
 from corgnn.datasets import synthetic
 from corgnn.graph import Graph
@@ -34,3 +37,26 @@ def test_bench_cli_writes_csv_and_json(tmp_path, capsys):
     assert doc["meta"]["stream_GBps"] > 0
     assert [r["impl"] for r in doc["rows"]] == ["torch.sparse", "pyg", "csr", "ell"]
     assert (tmp_path / "spmm.csv").read_text().startswith("dataset,")
+
+
+def test_bench_cli_backend_and_device_options(tmp_path, capsys):
+    from corgnn.cli import main
+
+    args = ["bench", "spmm", "--datasets", "Cora", "--f", "4", "--repeats", "1", "--formats", "csr", "--ops", "spmm", "--backend", "torch", "--out", str(tmp_path)]
+    assert main(args) == 0
+    assert "backend torch" in capsys.readouterr().out
+    meta = json.loads((tmp_path / "spmm.json").read_text())["meta"]
+    assert meta["backend"] == "torch" and meta["device"] == "cpu"
+    assert main(args[:-2] + ["--backend", "nope"]) == 2  # a user error: message, no traceback
+    assert "unknown backend 'nope'" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(args[:-4] + ["--device", "cuda"]) == 2
+        assert "--device cuda: no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bench_graph_on_cuda():
+    data = synthetic("Cora", nodes=120, edges=500)
+    g = Graph(data.edge_index.cuda(), num_nodes=data.num_nodes)
+    rows = bench_graph(data.name, g, features=(8,), repeats=1)
+    assert all(r.max_abs_err < 1e-4 for r in rows if r.impl in FORMATS)

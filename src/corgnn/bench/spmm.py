@@ -13,6 +13,12 @@ multiplied in every format, at ``f`` in {16, 64, 256}:
   ``torch.sparse.sampled_addmm`` (plus the scaling by ``w``) and PyG-style gathers
   ``(B[row] * B'[col]).sum(-1) * w`` (what an edge-level ``message`` computes).
 
+Devices: ``--device cpu`` (default; Numba kernels) or ``--device cuda`` (the
+``triton`` backend's kernels; torch.sparse is cuSPARSE there); ``--backend NAME``
+forces one corgnn backend (e.g. ``torch``, the gather fallback). On CUDA every call
+is timed between two ``torch.cuda.synchronize()``, and the stream bandwidth is a
+device-to-device copy.
+
 Reported per row: median time (ms) over ``--repeats`` calls after one warm-up (and
 the min-max spread), the bytes of the paper's I/O model (:func:`corgnn.cost.io_model`,
 Tables 6-7), the bandwidth that achieves (GB/s), that as a fraction of this
@@ -39,6 +45,7 @@ formats by time; the bandwidth columns say how far each is from the model's floo
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import platform
@@ -82,10 +89,10 @@ class BenchRow:
     max_abs_err: float | None = None  # against torch's result
 
 
-def stream_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
-    """Copy bandwidth of this machine in bytes/s: ``y.copy_(x)`` of ``nbytes``,
+def stream_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5, device="cpu") -> float:
+    """Copy bandwidth of ``device`` in bytes/s: ``y.copy_(x)`` of ``nbytes``,
     counting ``2 * nbytes`` (read + write), median of ``repeats`` after a warm-up."""
-    x = torch.ones(nbytes // 4, dtype=torch.float32)
+    x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     y = torch.empty_like(x)
     ts = _times(lambda: y.copy_(x), repeats)
     return 2 * x.numel() * 4 / statistics.median(ts)
@@ -94,19 +101,23 @@ def stream_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 5) -> float:
 def _times(fn, repeats: int, warmup: int = 1) -> list[float]:
     """Seconds of each of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones
     (each implementation is timed in its own block; its warm-up call also absorbs
-    the hand-over between Numba's and torch's thread pools)."""
+    the hand-over between Numba's and torch's thread pools). CUDA work is
+    synchronised before and after each call."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(warmup):
         fn()
     out = []
     for _ in range(repeats):
+        sync()
         t = time.perf_counter()
         fn()
+        sync()
         out.append(time.perf_counter() - t)
     return out
 
 
-def _load(name: str, root):
-    """(label, Graph): real Planetoid for Cora/CiteSeer, the synthetic stand-in otherwise."""
+def _load(name: str, root, device="cpu"):
+    """(label, Graph on ``device``): real Planetoid for Cora/CiteSeer, the synthetic stand-in otherwise."""
     from ..datasets import load_planetoid, synthetic
     from ..graph import Graph
 
@@ -116,7 +127,7 @@ def _load(name: str, root):
     else:
         data = synthetic(name)
         label = data.name
-    return label, Graph(data.edge_index, num_nodes=data.num_nodes)
+    return label, Graph(data.edge_index.to(device), num_nodes=data.num_nodes)
 
 
 def bench_graph(label: str, graph, features=FEATURES, formats=FORMATS, ops=OPS, repeats: int = 10, bandwidth: float | None = None, seed: int = 0) -> list[BenchRow]:
@@ -124,7 +135,8 @@ def bench_graph(label: str, graph, features=FEATURES, formats=FORMATS, ops=OPS, 
 
     Args:
         label: dataset name printed in the rows.
-        graph: a :class:`corgnn.Graph`.
+        graph: a :class:`corgnn.Graph`; its device is the benchmark's (the dense
+            operands are made there).
         features: values of ``f``.
         formats: corgnn formats to time.
         ops: ``"spmm"`` and/or ``"sddmm"``.
@@ -148,8 +160,9 @@ def bench_graph(label: str, graph, features=FEATURES, formats=FORMATS, ops=OPS, 
         raise ValueError(f"unknown formats/ops {bad}; formats are {FORMATS}, ops {OPS}")
     if repeats < 1 or not features:
         raise ValueError(f"repeats must be >= 1 and features non-empty, got {repeats}, {features}")
-    bw = bandwidth or stream_bandwidth()
     csr = graph.gcn_adjacency()
+    dev = csr.device
+    bw = bandwidth or stream_bandwidth(device=dev)
     n = csr.shape[0]
     stats = MatrixStats.of(csr)
     mats = {fmt: graph.gcn_adjacency(format=fmt) for fmt in formats}  # built once, cached on the graph
@@ -160,8 +173,8 @@ def bench_graph(label: str, graph, features=FEATURES, formats=FORMATS, ops=OPS, 
     gen = torch.Generator().manual_seed(seed)
     rows: list[BenchRow] = []
     for f in features:
-        B = torch.randn(n, f, generator=gen)
-        C = torch.randn(n, f, generator=gen)
+        B = torch.randn(n, f, generator=gen).to(dev)
+        C = torch.randn(n, f, generator=gen).to(dev)
         for op in ops:
             if op == "spmm":
                 ref_fn = lambda: torch.sparse.mm(tcsr, B)  # noqa: E731
@@ -237,6 +250,8 @@ def add_arguments(p) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed calls per measurement, median reported (default 10)")
     p.add_argument("--quick", action="store_true", help="defaults for a run under 2 min: Cora, CiteSeer and synthetic OGB-Arxiv at f=64, 3 repeats")
     p.add_argument("--root", default=None, help="data root of the real datasets (see corgnn train --help)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the matrices and operands live (default cpu)")
+    p.add_argument("--backend", default=None, help="force one corgnn kernel backend (numba, torch, triton; default: automatic)")
     p.add_argument("--out", default=None, help="directory to write spmm.csv and spmm.json")
 
 
@@ -252,20 +267,31 @@ def run(args) -> int:
         raise ValueError(f"unknown --formats/--ops {bad}; formats are {','.join(FORMATS)}, ops {','.join(OPS)}")
     if repeats < 1 or any(f < 1 for f in features):
         raise ValueError(f"--repeats and --f must be >= 1, got {repeats} and {features}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available to torch on this machine")
     import numba
 
-    bw = stream_bandwidth()
+    from ..sparse import use_backend
+    from ..sparse.dispatch import Case, select
+
+    forced = (lambda: use_backend(args.backend)) if args.backend else contextlib.nullcontext  # None keeps $CORGNN_BACKEND
+    with forced():  # ValueError on an unknown name
+        backend = select(Case("spmm_rows", args.device, torch.float32)).name  # ValueError if it cannot run here
+    bw = stream_bandwidth(device=args.device)
+    machine = torch.cuda.get_device_name() if args.device == "cuda" else (platform.processor() or platform.machine())
     meta = {
         "stream_GBps": bw / 1e9, "threads": numba.get_num_threads(), "torch": torch.__version__,
-        "numba": numba.__version__, "machine": platform.processor() or platform.machine(),
+        "numba": numba.__version__, "machine": machine, "device": args.device, "backend": backend,
         "datasets": list(datasets), "features": list(features), "repeats": repeats, "quick": bool(args.quick),
     }
-    print(f"stream copy bandwidth {bw / 1e9:.2f} GB/s, {meta['threads']} threads; medians of {repeats} calls; "
+    where = f"{machine}, backend {backend}" if args.device == "cuda" else f"{meta['threads']} threads, backend {backend}"
+    print(f"stream copy bandwidth {bw / 1e9:.2f} GB/s, {where}; medians of {repeats} calls; "
           "speed-ups are t_baseline / t_corgnn (> 1: corgnn faster)\n")
     rows: list[BenchRow] = []
     for name in datasets:
-        label, graph = _load(name, args.root)
-        got = bench_graph(label, graph, features, args.formats, args.ops, repeats, bw)
+        label, graph = _load(name, args.root, args.device)
+        with forced():
+            got = bench_graph(label, graph, features, args.formats, args.ops, repeats, bw)
         print(f"{label}: n={got[0].n} nnz={got[0].nnz} (GCN adjacency, self-loops included) max degree={got[0].max_degree}")
         print(format_table(got) + "\n")
         rows += got
