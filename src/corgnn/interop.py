@@ -1,7 +1,7 @@
 """PyG interop: ``optimize(model)`` swaps PyG layers for corgnn's equivalents.
 
-Every PyG converter lives here: one function per PyG layer class, listed in
-:func:`_converters`.
+Every PyG converter lives here: one pair of functions per PyG layer class (what it
+does not support, how to build its replacement), listed in :func:`_converters`.
 """
 
 from __future__ import annotations
@@ -13,67 +13,108 @@ from torch import nn
 
 __all__ = ["optimize"]
 
+_MODULE_HOOKS = (
+    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called", "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook",
+)
+"""``torch.nn.Module`` hook state carried from a PyG layer to its replacement (the
+forward and backward hooks a user registered on the layer itself)."""
+
+_TORCH_MODULE_ATTRS = frozenset(vars(nn.Module()))
+
 
 def _message_passing_unsupported(layer) -> list[str]:
-    """Options of PyG's ``MessagePassing`` base that no corgnn layer honours."""
+    """Options of PyG's ``MessagePassing`` base that no corgnn layer honours: another
+    ``flow`` or aggregation, hooks on its ``propagate``/``message``/... steps (corgnn
+    has no such steps to run them on)."""
     unsupported = []
     if getattr(layer, "flow", "source_to_target") != "source_to_target":
         unsupported.append(f"flow={layer.flow!r}")
     if getattr(layer, "aggr", "add") not in ("add", "sum"):
         unsupported.append(f"aggr={layer.aggr!r}")
+    hooks = sorted(k for k, v in vars(layer).items() if k.endswith("_hooks") and k not in _TORCH_MODULE_ATTRS and v)
+    if hooks:
+        unsupported.append(f"MessagePassing hooks ({', '.join(hooks)})")
     return unsupported
 
 
-def _declined(layer, unsupported: list[str]) -> bool:
-    """Warn and return True when ``layer`` uses options corgnn does not support."""
-    if unsupported:
-        warnings.warn(f"corgnn.optimize: left {type(layer).__name__} unchanged (unsupported: {', '.join(unsupported)})", stacklevel=4)
-    return bool(unsupported)
+def _lazy(layer: nn.Module) -> bool:
+    """Whether ``layer`` still has lazy parameters (PyG ``in_channels=-1`` before its
+    first forward): their shapes, hence the replacement's, are not known yet."""
+    return any(isinstance(p, nn.parameter.UninitializedParameter) for p in layer.parameters())
 
 
-def _adopt(new: nn.Module, layer, like: torch.Tensor, params: dict) -> nn.Module:
-    """``new`` on ``like``'s device and dtype, in ``layer``'s training mode, with
-    each ``new.<name>`` set to a copy of ``params[name]`` (None entries skipped)."""
-    with torch.no_grad():
-        new = new.to(device=like.device, dtype=like.dtype)
-        for name, value in params.items():
-            if value is not None:
-                new.get_parameter(name).copy_(value)
+def _not_parameters(params: dict) -> list[str]:
+    """Names in ``params`` whose value is neither None nor a plain ``nn.Parameter``
+    (e.g. a ``torch.nn.utils.parametrize`` property): those cannot be shared."""
+    return [f"{name} is not a Parameter" for name, p in params.items() if p is not None and not isinstance(p, nn.Parameter)]
+
+
+def _adopt(make, layer: nn.Module, params: dict) -> nn.Module:
+    """``make()`` holding ``layer``'s own Parameter objects (``new.<name> = params[name]``,
+    None entries skipped), in ``layer``'s training mode, with the forward and backward
+    hooks registered on ``layer`` (the very same hook dicts, so their handles still
+    remove them).
+
+    ``make`` runs on the meta device: its own parameters are never allocated or
+    initialised, so converting draws nothing from torch's random generator (a seeded
+    run makes the same draws with and without ``optimize``).
+    """
+    with torch.device("meta"):
+        new = make()
+    for name, p in params.items():
+        if p is not None:
+            owner, _, attr = name.rpartition(".")
+            setattr(new.get_submodule(owner), attr, p)
+    left = [name for name, t in [*new.named_parameters(), *new.named_buffers()] if t.is_meta]
+    if left:  # pragma: no cover - a converter missed a parameter
+        raise RuntimeError(f"corgnn.optimize: {type(layer).__name__} -> {type(new).__name__} left {left} unset")
+    for attr in _MODULE_HOOKS:
+        if hasattr(layer, attr):
+            setattr(new, attr, getattr(layer, attr))
     new.train(layer.training)
     return new
 
 
-def _convert_gcn(layer) -> nn.Module | None:
-    """corgnn GCNConv with the PyG layer's parameters, or None (with a warning) if
-    the layer uses an option corgnn does not support."""
-    from .nn.gcn import GCNConv
+# ------------------------------------------------------------------------ GCNConv
 
-    unsupported = _message_passing_unsupported(layer)
+
+def _gcn_params(layer) -> dict:
+    return {"lin.weight": layer.lin.weight, "bias": layer.bias}
+
+
+def _gcn_unsupported(layer) -> list[str]:
+    """Options of a PyG ``GCNConv`` corgnn's GCNConv does not support: those of
+    :func:`_message_passing_unsupported`, a ``lin.bias``."""
+    unsupported = _message_passing_unsupported(layer) + _not_parameters(_gcn_params(layer))
     if getattr(layer.lin, "bias", None) is not None:
         unsupported.append("lin.bias")
-    if _declined(layer, unsupported):
-        return None
-    new = GCNConv(
-        layer.in_channels,
-        layer.out_channels,
-        bias=layer.bias is not None,
-        improved=layer.improved,
-        add_self_loops=layer.add_self_loops,
-        normalize=layer.normalize,
-    )
-    return _adopt(new, layer, layer.lin.weight, {"lin.weight": layer.lin.weight, "bias": layer.bias})
+    return unsupported
 
 
-def _convert_gat(layer) -> nn.Module | None:
-    """corgnn :class:`GATConv` with the PyG ``GATConv`` layer's parameters copied, or
-    ``None`` (with a warning) when the layer uses an option corgnn does not support:
-    edge features (``edge_dim``), ``residual=True``, bipartite ``in_channels``
-    (separate ``lin_src``/``lin_dst``), lazy ``in_channels=-1`` not yet
-    initialised, ``flow="target_to_source"``, an aggregation other than ``"add"``.
-    ``fill_value`` is accepted: PyG uses it only for edge features of self-loops.
+def _build_gcn(layer) -> nn.Module:
+    """corgnn :class:`GCNConv` sharing the (materialised) PyG layer's parameters."""
+    from .nn.gcn import GCNConv
 
-    The new layer takes the old one's training mode, dtype and device.
-    """
+    weight = layer.lin.weight  # (out, in); PyG keeps in_channels=-1 for a lazy layer
+    return _adopt(lambda: GCNConv(
+        weight.size(1), weight.size(0), bias=layer.bias is not None, improved=layer.improved,
+        add_self_loops=layer.add_self_loops, normalize=layer.normalize,
+    ), layer, _gcn_params(layer))
+
+
+# ------------------------------------------------------------------------ GATConv
+
+
+def _gat_params(layer) -> dict:
+    return {"lin.weight": layer.lin.weight, "att_src": layer.att_src, "att_dst": layer.att_dst, "bias": layer.bias}
+
+
+def _gat_unsupported(layer) -> list[str]:
+    """Options of a PyG ``GATConv`` corgnn's GATConv does not support: edge features
+    (``edge_dim``), ``residual=True``, bipartite ``in_channels`` (separate
+    ``lin_src``/``lin_dst``), a ``lin.bias``, those of :func:`_message_passing_unsupported`.
+    ``fill_value`` is accepted: PyG uses it only for edge features of self-loops."""
     unsupported = _message_passing_unsupported(layer)
     if getattr(layer, "edge_dim", None) is not None or getattr(layer, "lin_edge", None) is not None:
         unsupported.append(f"edge_dim={layer.edge_dim}")
@@ -82,42 +123,80 @@ def _convert_gat(layer) -> nn.Module | None:
     lin = getattr(layer, "lin", None)
     if lin is None:
         unsupported.append("bipartite in_channels (lin_src/lin_dst)")
-    elif isinstance(lin.weight, nn.parameter.UninitializedParameter):
-        unsupported.append("lazy in_channels=-1 (run one forward first)")
-    elif lin.bias is not None:
-        unsupported.append("lin.bias")
-    if _declined(layer, unsupported):
-        return None
+    else:
+        unsupported += _not_parameters(_gat_params(layer))
+        if lin.bias is not None:
+            unsupported.append("lin.bias")
+    return unsupported
+
+
+def _build_gat(layer) -> nn.Module:
+    """corgnn :class:`GATConv` sharing the (materialised) PyG layer's parameters."""
     from .nn.gat import GATConv
 
-    new = GATConv(
-        lin.weight.size(1), layer.out_channels, heads=layer.heads, concat=layer.concat,
+    return _adopt(lambda: GATConv(
+        layer.lin.weight.size(1), layer.out_channels, heads=layer.heads, concat=layer.concat,
         negative_slope=layer.negative_slope, dropout=layer.dropout, bias=layer.bias is not None,
         add_self_loops=layer.add_self_loops,
-    )
-    params = {"lin.weight": lin.weight, "att_src": layer.att_src, "att_dst": layer.att_dst, "bias": layer.bias}
-    return _adopt(new, layer, lin.weight, params)
+    ), layer, _gat_params(layer))
 
 
 def _converters():
+    """``[(PyG class, unsupported(layer) -> list of reasons, build(layer) -> module)]``."""
+    from torch_geometric.nn import GATConv as PygGATConv
     from torch_geometric.nn import GCNConv as PygGCNConv
 
-    from torch_geometric.nn import GATConv as PygGATConv
+    return [(PygGCNConv, _gcn_unsupported, _build_gcn), (PygGATConv, _gat_unsupported, _build_gat)]
 
-    return [(PygGCNConv, _convert_gcn), (PygGATConv, _convert_gat)]
+
+# ----------------------------------------------------------------------- optimize
+
+
+class _ConvertAfterFirstCall:
+    """Forward hook that :func:`optimize` leaves on a lazy PyG layer (``in_channels=-1``
+    not yet materialised): after the layer's first forward (PyG's own, which
+    materialises the parameters) it removes itself, builds the replacement and puts
+    it in every ``(parent, attribute)`` where ``optimize`` found the layer.
+
+    A plain class (not a closure) so that a model carrying it pickles and deep-copies.
+    """
+
+    def __init__(self, build, sites: list):
+        self.build, self.sites, self.handle = build, sites, None
+
+    def __call__(self, layer, args, output):
+        self.handle.remove()
+        new = self.build(layer)
+        for parent, name in self.sites:
+            if parent._modules.get(name) is layer:
+                setattr(parent, name, new)
 
 
 def optimize(module: nn.Module) -> nn.Module:
-    """Replace every PyG ``GCNConv`` (and ``GATConv``) inside ``module`` by corgnn's.
+    """Replace every PyG ``GCNConv`` and ``GATConv`` inside ``module`` by corgnn's.
 
-    The replacements carry the same parameters (copied; the new layers own new
-    ``Parameter`` objects, so build the optimizer *after* calling ``optimize``) and
-    give the same outputs and gradients. A layer using an option corgnn does not
-    support (e.g. ``flow="target_to_source"``) is left untouched with a warning,
-    never silently changed. A bare PyG layer passed in returns its replacement.
+    The replacements hold the PyG layers' own ``Parameter`` objects (not copies), so
+    ``requires_grad`` (frozen parameters stay frozen), device, dtype, weight tying,
+    hooks registered on the parameters and an optimizer built before ``optimize``
+    all carry over; they take the layer's training mode and the forward/backward
+    hooks registered on the layer module itself, and give the same outputs and
+    gradients. A layer object used at several places (a shared module) gets one
+    replacement used at all of them.
+
+    Not carried: state-dict hooks on the layer, hooks on its submodules (``lin``),
+    other attributes set on the layer object. A layer using an option corgnn does not
+    support (e.g. ``flow="target_to_source"``, hooks on PyG's ``propagate`` steps) is
+    left untouched with a warning, never silently changed.
+
+    Lazy layers (``in_channels=-1``) whose parameters are not materialised yet are
+    converted after their first forward: that call runs PyG's layer (which
+    materialises them) and a hook then swaps in the replacement wherever the layer
+    is referenced; later calls run corgnn's. A bare lazy layer passed in is returned
+    unchanged with a warning (there is no parent to swap it in); call ``optimize``
+    again after its first forward.
 
     Args:
-        module: any ``torch.nn.Module``.
+        module: any ``torch.nn.Module``; a bare PyG layer returns its replacement.
 
     Returns:
         ``module`` itself, modified in place (or the replacement of a bare layer).
@@ -128,20 +207,52 @@ def optimize(module: nn.Module) -> nn.Module:
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     table = _converters()
+    memo: dict[int, tuple] = {}  # id(PyG layer) -> (layer: keeps the id taken, replacement or layer kept)
+    deferred: dict[int, _ConvertAfterFirstCall] = {}  # id(lazy PyG layer) -> its hook
+    visited: set[int] = set()
 
-    def convert(m):
-        for cls, fn in table:
-            if type(m) is cls:
-                return fn(m)
-        return None
+    def replacement(m: nn.Module, site: tuple | None) -> nn.Module | None:
+        """What replaces ``m`` (``m`` itself when kept), None if ``m`` is no PyG layer."""
+        entry = next(((bad, build) for cls, bad, build in table if type(m) is cls), None)
+        if entry is None:
+            return None
+        bad, build = entry
+        if id(m) not in memo:
+            unsupported = bad(m)
+            if unsupported:
+                warnings.warn(f"corgnn.optimize: left {type(m).__name__} unchanged (unsupported: {', '.join(unsupported)})", stacklevel=3)
+                memo[id(m)] = (m, m)
+            elif _lazy(m):
+                if site is None:
+                    warnings.warn(
+                        f"corgnn.optimize: left lazy {type(m).__name__} (in_channels=-1) unchanged; "
+                        "call optimize on it again after its first forward", stacklevel=3,
+                    )
+                else:
+                    hook = deferred[id(m)] = _ConvertAfterFirstCall(build, [])
+                    hook.handle = m.register_forward_hook(hook)
+                memo[id(m)] = (m, m)
+            else:
+                memo[id(m)] = (m, build(m))
+        if site is not None and id(m) in deferred:
+            deferred[id(m)].sites.append(site)
+        return memo[id(m)][1]
 
-    top = convert(module)
+    def walk(parent: nn.Module) -> None:
+        if id(parent) in visited:
+            return
+        visited.add(id(parent))
+        for name, child in list(parent._modules.items()):  # every name, shared children included
+            if child is None:
+                continue
+            new = replacement(child, (parent, name))
+            if new is None:
+                walk(child)
+            elif new is not child:
+                setattr(parent, name, new)
+
+    top = replacement(module, None)
     if top is not None:
         return top
-    for name, child in list(module.named_children()):
-        new = convert(child)
-        if new is not None:
-            setattr(module, name, new)
-        elif not any(type(child) is cls for cls, _ in table):
-            optimize(child)
+    walk(module)
     return module

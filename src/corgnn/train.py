@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 
@@ -19,7 +20,7 @@ import torch
 
 from .datasets import load_planetoid
 
-__all__ = ["TrainConfig", "TrainResult", "train", "add_arguments", "run", "MODEL_DEFAULTS"]
+__all__ = ["TrainConfig", "TrainResult", "train", "progress_bar", "add_arguments", "run", "MODEL_DEFAULTS"]
 
 # per-model defaults (GCN: Kipf & Welling 2017; GAT: Velickovic et al. 2018)
 MODEL_DEFAULTS = {
@@ -90,8 +91,28 @@ def _accuracy(logits, y, mask) -> float:
     return float((logits[mask].argmax(-1) == y[mask]).float().mean())
 
 
+NON_TTY_PROGRESS_INTERVAL = 30.0
+"""Seconds between progress lines when the progress stream is not a terminal (a log
+file, CI): there each update is a new line, so a bar refreshed every epoch would
+write one line per epoch; this keeps the start, one line per 30 s, and the end."""
+
+
+def progress_bar(iterable, *, desc: str, unit: str, file=None):
+    """tqdm bar over ``iterable`` on ``file`` (default ``sys.stderr``): the usual
+    live bar on a terminal, at most one line per :data:`NON_TTY_PROGRESS_INTERVAL`
+    seconds otherwise. Update its postfix with ``refresh=False`` (a refresh would
+    write a line)."""
+    from tqdm.auto import tqdm
+
+    file = sys.stderr if file is None else file
+    isatty = getattr(file, "isatty", None)
+    tty = bool(isatty()) if callable(isatty) else False
+    return tqdm(iterable, desc=desc, unit=unit, file=file, mininterval=0.1 if tty else NON_TTY_PROGRESS_INTERVAL)
+
+
 def train(cfg: TrainConfig) -> TrainResult:
-    """Train and evaluate; see module docstring for the protocol."""
+    """Train and evaluate; see module docstring for the protocol. The progress bar
+    (``cfg.progress``) goes to stderr, see :func:`progress_bar`."""
     cfg = cfg.resolved()
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
@@ -112,10 +133,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     it = range(1, cfg.epochs + 1)
     bar = None
     if cfg.progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(it, desc=f"{cfg.model.upper()} {data.name}", unit="epoch")
-        it = bar
+        it = bar = progress_bar(it, desc=f"{cfg.model.upper()} {data.name}", unit="epoch")
     for epoch in it:
         t0 = time.perf_counter()
         model.train()
@@ -135,7 +153,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         if accs[1] >= best[0]:
             best = (accs[1], epoch, accs)
         if bar is not None:
-            bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{accs[1]:.3f}", best_test=f"{best[2][2]:.3f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{accs[1]:.3f}", best_test=f"{best[2][2]:.3f}", refresh=False)
     _, best_epoch, (tr, va, te) = best
     return TrainResult(
         dataset=data.name,

@@ -35,7 +35,7 @@ def _transform(x: torch.Tensor | None, weight: torch.Tensor, heads: int, xs: Spa
     """``M = x weight^T`` viewed ``(n, heads, k)``; an SpMM over the non-zeros of the
     sparse features ``xs`` when given (then ``x`` is not read)."""
     M = spmm(xs, weight.t()) if xs is not None else torch.mm(x, weight.t())
-    return M.view(M.size(0), heads, -1)
+    return M.unflatten(1, (heads, -1))  # (not view(n, heads, -1): ambiguous when n = 0)
 
 
 def _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, want_leaky, xs=None):
@@ -43,7 +43,7 @@ def _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope
     M = _transform(x, weight, heads, xs)
     s, d = node_scores(M, att_src, att_dst)
     out3, alpha, leaky = attention_forward(A, s, d, M, negative_slope, drop, want_leaky=want_leaky)
-    out = out3.view(out3.size(0), -1) if concat else out3.mean(1)
+    out = out3.flatten(1) if concat else out3.mean(1)
     if bias is not None:
         out += bias
     return out, M, s, d, alpha, leaky
@@ -113,7 +113,7 @@ class GATFunction(torch.autograd.Function):
         if need_x or need_w or need_as or need_ad:
             n = grad_out.size(0)
             if ctx.concat:
-                G = grad_out.reshape(n, heads, -1)
+                G = grad_out.unflatten(1, (heads, -1))
             else:
                 # NOTE: out = mean_h out3, so dL/dout3[:, h] = G / heads for every head.
                 G = (grad_out / heads).unsqueeze(1).expand(n, heads, grad_out.size(1))
@@ -125,7 +125,7 @@ class GATFunction(torch.autograd.Function):
             if need_as or need_ad:
                 gas, gad = head_weighted_sums(ds, dd, M)
                 gas, gad = gas.view_as(att_src), gad.view_as(att_dst)
-            dM = dM.view(n, -1)
+            dM = dM.flatten(1)
             if need_w:
                 # NOTE: dweight = dM^T X = (X^T dM)^T; with sparse X a transposed SpMM
                 # over X's non-zeros instead of a dense GEMM.

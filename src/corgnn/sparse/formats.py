@@ -184,6 +184,8 @@ class COO(SparseFormat):
         return super()._make_row_plan(transpose)
 
     def to_csr(self, coalesce: bool = False) -> "CSR":
+        """The same matrix in CSR (cached); ``coalesce=True`` sums duplicate entries
+        (see :meth:`CSR.from_coo`) and returns a new, uncached CSR."""
         if self._csr is None or coalesce:
             csr = CSR.from_coo(self.row, self.col, self.val, self.shape, coalesce=coalesce)
             if coalesce:
@@ -226,13 +228,18 @@ class CSR(SparseFormat):
         """Build from unsorted COO arrays (stable row-major sort).
 
         ``coalesce=True`` sums duplicate entries (GCN); otherwise duplicates are
-        kept as separate entries (GAT treats each as its own edge, like PyG).
+        kept as separate entries (GAT treats each as its own edge, like PyG). A
+        pattern (``val=None``, entries worth 1) with duplicates coalesces into
+        values equal to each entry's multiplicity (default float dtype), so the
+        matrix is unchanged; without duplicates it stays a pattern.
         """
         n, m = shape
         if row.numel():
             key = row * max(m, 1) + col
             if coalesce:
                 key, inv = torch.unique(key, sorted=True, return_inverse=True)
+                if val is None and key.numel() < row.numel():
+                    val = torch.ones(row.numel(), device=row.device)  # summed below: multiplicities
                 if val is not None:
                     v = torch.zeros((key.numel(),) + tuple(val.shape[1:]), dtype=val.dtype, device=val.device)
                     v.index_add_(0, inv, val)
