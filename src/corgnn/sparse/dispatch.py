@@ -8,7 +8,8 @@ cannot, *why* (the pattern of xformers' ``ops/fmha/dispatch.py``):
 * ``torch``:  the portable reference in plain torch ops (gather / ``index_add_``),
   any device and floating dtype; it materialises the ``(q, f)`` messages the
   fused kernels avoid, so it is the fallback, never the first choice.
-* ``triton``: the slot for GPU kernels (:mod:`corgnn.sparse.backends.triton`).
+* ``triton``: Triton kernels on CUDA tensors (CPU tensors through Triton's
+  interpreter, ``TRITON_INTERPRET=1``; :mod:`corgnn.sparse.backends.triton`).
 
 Dispatch walks :data:`PRIORITY` for the tensors' device and takes the first
 backend whose ``supports(case)`` returns ``None``. The public controls force one:

@@ -2,9 +2,11 @@
 
 Each op is registered with ``torch.library.custom_op`` and a fake (meta)
 implementation, so ``torch.compile`` treats it as one opaque op with known output
-shapes instead of tracing into Numba or Triton, and ``torch.library.opcheck``
-passes for each (``tests/test_library.py``). Its real implementation picks a
-backend at run time (:mod:`corgnn.sparse.dispatch`).
+shapes instead of tracing into Numba, and ``torch.library.opcheck`` passes for
+each (``tests/test_library.py``). Its real implementation picks a backend at run
+time (:mod:`corgnn.sparse.dispatch`); when the selected backend has a traceable
+form of the op (the Triton kernels' ``triton_op``), AOTAutograd traces that instead
+(:func:`_decompose`).
 
 These are raw kernels: tensors in, tensors out, no autograd (the differentiable
 public ops are :mod:`corgnn.sparse.ops`; the paper's hand-written backward passes
