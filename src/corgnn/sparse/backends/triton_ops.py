@@ -109,8 +109,8 @@ def _spmm(ptr, idx, perm, val, B: Tensor, out: Tensor, *, ell_width: int = 0, ac
             ptr, idx, perm_arg, val_arg, B, part, n, F, Kh, H, SPLIT_CHUNK, _iters(n), **flags, BLOCK_E=BLOCK_E, BLOCK_F=BF,
         )
     wrap_triton(K.spmm_rows_kernel)[(n, ftiles)](
-        ptr, idx, perm_arg, val_arg, B, part, B, out, n, F, Kh, H, SPLIT_CHUNK, ell_width, **flags,
-        ELL=ell_width > 0, SPLIT=split, ACCUMULATE=accumulate, HAS_BIAS=False, BLOCK_E=BLOCK_E, BLOCK_F=BF,
+        ptr, idx, perm_arg, val_arg, B, part, out, n, F, Kh, H, SPLIT_CHUNK, ell_width, **flags,
+        ELL=ell_width > 0, SPLIT=split, ACCUMULATE=accumulate, BLOCK_E=BLOCK_E, BLOCK_F=BF,
     )
     return out
 
