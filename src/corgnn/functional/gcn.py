@@ -6,8 +6,18 @@
 * ``dL/dΘ = X^T A'^T G``    (eq. gcn-bwd-weights)  -> ``dL/dweight = G^T (A' X)`` or ``(A'^T G)^T X``
 * ``dL/db = G^T 1``          (eq. gcn-bwd-bias)
 * ``dL/dX = A'^T G Θ^T``     (eq. gcn-bwd-x)
+* ``dL/dA'_ij = <G_i, (XΘ)_j>`` at the stored entries of ``A'`` only (an SDDMM), when
+  the values of ``A'`` are an input (learnable edge weights, explainer edge masks;
+  :func:`gcn_values` chains it through PyG's normalisation to ``edge_weight``).
 
 The scheme (see :mod:`corgnn.cost.gcn`) decides the association order of each product.
+
+Second derivatives (``torch.autograd.grad(..., create_graph=True)``): the backward is
+written with the differentiable public ops (:func:`~corgnn.sparse.spmm`,
+:func:`~corgnn.sparse.sddmm`, which run their raw kernels when autograd is off) and
+torch matmuls on saved *inputs*, so under ``create_graph=True`` it records its own
+graph; no intermediate it reads is a constant cut off from the inputs (see
+:class:`GCNFunction`).
 """
 
 from __future__ import annotations
@@ -16,23 +26,48 @@ import torch
 
 from ..cost.gcn import GCNScheme
 from ..sparse.formats import SparseFormat
-from ..sparse.ops import spmm
+from ..sparse.ops import sddmm, spmm
 
-__all__ = ["GCNFunction", "gcn_conv"]
+__all__ = ["GCNFunction", "gcn_conv", "gcn_edge_weights", "gcn_values"]
+
+
+def _transform(x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None) -> torch.Tensor:
+    """``X Θ`` ``(n, k)``: a GEMM, or an SpMM over the non-zeros of sparse ``xs``."""
+    return spmm(xs, weight.t()) if xs is not None else torch.mm(x, weight.t())
+
+
+def _fixed_values(A: SparseFormat, val: torch.Tensor | None) -> torch.Tensor | None:
+    """The values the products use: ``val`` when given, else ``A.val`` as a constant
+    (``None`` = ``A.val`` itself, the common case; detached only if it tracks a
+    gradient, so that no backward ever differentiates into it behind the layer's back)."""
+    if val is not None or A.val is None or not A.val.requires_grad:
+        return val
+    return A.val.detach()
 
 
 class GCNFunction(torch.autograd.Function):
     """``X' = A' X Θ + b`` under one :class:`~corgnn.cost.gcn.GCNScheme`.
+
+    ``apply(x, weight, bias, A, scheme, xs=None, val=None)``: ``val (nnz,)`` in ``A``'s
+    entry order replaces ``A.val`` and gets the gradient ``dL/dA'`` (an SDDMM); without
+    it ``A'`` is a constant.
 
     Saved for backward (only what ``ctx.needs_input_grad`` requires):
 
     * ``weight`` when ``dL/dX`` is needed (``dX = (A'^T G) weight`` or ``A'^T (G weight)``);
     * for ``dL/dweight``: ``X`` (n, m) in every scheme without cache, or, in the
       cached scheme, ``A'X`` (n, m) *instead of* ``X``, so caching saves one SpMM in
-      backward at no memory cost (appendix "No memory overhead with GCN caching").
+      backward at no memory cost (appendix "No memory overhead with GCN caching");
+    * for ``dL/dval``: ``X`` (or the sparse ``xs``), ``weight`` and ``val``; backward
+      recomputes ``XΘ`` (one GEMM) for the SDDMM.
 
     ``A'^T`` is never built: backward SpMMs use ``spmm(A, ., transpose=True)``, which
     walks the adjacency's cached CSC dual.
+
+    Second derivatives: every tensor the backward reads is a saved input, or ``A'X``
+    recomputed from them, except the cached ``A'X``; when ``X`` or ``val`` needs a
+    gradient that one is computed under autograd (the public ``spmm``, which keeps no
+    extra tensor), so ``dweight = (A'X)^T G`` stays differentiable w.r.t. them.
 
     Sparse input features: ``xs`` (a sparse ``(n, m)`` format with the values of
     ``X``, e.g. Planetoid's bag-of-words at ~1 % density) replaces the two dense
@@ -42,64 +77,124 @@ class GCNFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat, scheme: GCNScheme, xs: SparseFormat | None = None):
+    def forward(ctx, x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat, scheme: GCNScheme, xs: SparseFormat | None = None, val: torch.Tensor | None = None):
         if x is None and (xs is None or (scheme.forward, scheme.backward) != ("transform-first", "fused-propagate")):
             raise ValueError("sparse-only features need the transform-first+fused scheme")
+        need_x, need_w = ctx.needs_input_grad[:2]
+        need_val = ctx.needs_input_grad[6]
+        values = _fixed_values(A, val)
         # NOTE: A'(XΘ) == (A'X)Θ by associativity; transform-first runs the SpMM on
         # k columns, propagate-first on m columns (paper Table 1).
         if scheme.forward == "transform-first":
-            y = spmm(xs, weight.t()) if xs is not None else torch.mm(x, weight.t())
-            out = spmm(A, y)
+            out = spmm(A, _transform(x, weight, xs), values=values)
             if bias is not None:
                 out += bias
             ax = None
         else:
-            ax = spmm(A, x)
+            if scheme.cache and need_w and (need_x or need_val):
+                # NOTE: the cached A'X is recorded by autograd when it depends on an
+                # input needing a gradient: a double backward then reaches x / val
+                # through dweight = (A'X)^T G. The record keeps no tensor beyond A'X.
+                with torch.enable_grad():
+                    ax = spmm(A, x, values=values)
+            else:
+                ax = spmm(A, x, values=values)
             out = torch.addmm(bias, ax, weight.t()) if bias is not None else torch.mm(ax, weight.t())
-        need_x, need_w = ctx.needs_input_grad[:2]
         ctx.A, ctx.scheme, ctx.xs = A, scheme, None
         keep_feat = None
         if need_w:
             keep_feat = ax if scheme.cache else x
             if xs is not None and scheme.backward == "fused-propagate":
                 ctx.xs, keep_feat = xs, None  # the sparse X serves dΘ = X^T P
-        ctx.save_for_backward(keep_feat, weight if need_x else None)
+        if need_val:
+            ctx.xs = xs  # XΘ for the SDDMM is recomputed from the sparse X when given
+        ctx.save_for_backward(keep_feat, weight if need_x or need_val else None, x if need_val else None, val)
         return out
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        feat, weight = ctx.saved_tensors
+        feat, weight, x, val = ctx.saved_tensors
         A, scheme = ctx.A, ctx.scheme
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        need_val = ctx.needs_input_grad[6]
+        values = _fixed_values(A, val)
         grad_out = grad_out.contiguous()
-        gx = gw = gb = None
+        gx = gw = gb = gval = None
         if need_b:
             gb = grad_out.sum(0)
         if scheme.backward == "fused-propagate":
             if need_x or need_w:
                 # NOTE: one SpMM on k columns serves both gradients: P = A'^T G.
-                p = spmm(A, grad_out, transpose=True)
+                p = spmm(A, grad_out, transpose=True, values=values)
                 if need_w:
                     # NOTE: dweight = P^T X = (X^T P)^T; with sparse X that is a
                     # transposed SpMM over X's non-zeros instead of a dense GEMM.
-                    gw = spmm(ctx.xs, p, transpose=True).t() if ctx.xs is not None else torch.mm(p.t(), feat)
+                    gw = spmm(ctx.xs, p, transpose=True).t() if feat is None else torch.mm(p.t(), feat)
                 if need_x:
                     gx = torch.mm(p, weight)
         else:
             if need_w:
                 # NOTE: dΘ = X^T A'^T G = (A'X)^T G; the cached A'X skips the recompute.
-                ax = feat if scheme.cache else spmm(A, feat)
+                ax = feat if scheme.cache else spmm(A, feat, values=values)
                 gw = torch.mm(grad_out.t(), ax)
             if need_x:
-                gx = spmm(A, torch.mm(grad_out, weight), transpose=True)
-        return gx, gw, gb, None, None, None
+                gx = spmm(A, torch.mm(grad_out, weight), transpose=True, values=values)
+        if need_val:
+            # NOTE: dL/dA'_ij = <G_i, (XΘ)_j> at A's entries: an SDDMM on k columns
+            # over A's pattern (its values must not scale the result).
+            gval = sddmm(A.with_values(None), grad_out, _transform(x, weight, ctx.xs).t())
+        return gx, gw, gb, None, None, None, gval
 
 
-def gcn_conv(x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat, scheme: GCNScheme, xs: SparseFormat | None = None) -> torch.Tensor:
+def gcn_conv(x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat, scheme: GCNScheme, xs: SparseFormat | None = None, values: torch.Tensor | None = None) -> torch.Tensor:
     """Functional GCN layer ``A' x weight^T + bias`` under ``scheme`` (no validation).
 
     Shapes: ``x (n, m)`` (or None with sparse ``xs (n, m)``), ``weight (k, m)``,
-    ``bias (k,)`` or None, ``A (n, n)`` -> ``(n, k)``. Use :class:`corgnn.nn.GCNConv`
-    for the validated, planned layer.
+    ``bias (k,)`` or None, ``A (n, n)`` -> ``(n, k)``; optional ``values (nnz,)`` in
+    ``A``'s entry order replace ``A.val`` and receive a gradient (see
+    :func:`gcn_values`). Use :class:`corgnn.nn.GCNConv` for the validated, planned layer.
     """
-    return GCNFunction.apply(x, weight, bias, A, scheme, xs)
+    return GCNFunction.apply(x, weight, bias, A, scheme, xs, values)
+
+
+def gcn_edge_weights(
+    edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int, *,
+    improved: bool = False, add_self_loops: bool = True, normalize: bool = True, dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(edge_index, weight)`` of the GCN propagation matrix, one weight per edge
+    (remaining self-loops appended, duplicates not yet summed), exactly as PyG's
+    ``GCNConv`` computes them (``gcn_norm``; ``normalize=False``: the raw weights with
+    the self-loops). Built from torch ops, so differentiable w.r.t. ``edge_weight``
+    (twice, as PyG's)."""
+    ew = None if edge_weight is None else edge_weight.to(dtype)
+    if normalize:
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        return gcn_norm(edge_index, ew, num_nodes, improved, add_self_loops, "source_to_target", dtype)
+    if add_self_loops:
+        from torch_geometric.utils import add_remaining_self_loops
+
+        edge_index, ew = add_remaining_self_loops(edge_index, ew, 2.0 if improved else 1.0, num_nodes)
+    if ew is None:
+        ew = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
+    return edge_index, ew
+
+
+def gcn_values(A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Tensor | None, *, improved: bool = False, add_self_loops: bool = True, normalize: bool = True) -> torch.Tensor:
+    """Values ``(nnz,)`` of the GCN propagation matrix ``A`` (as built by
+    :meth:`corgnn.Graph.gcn_adjacency` from these edges and options, in any format)
+    in ``A``'s entry order, differentiable w.r.t. ``edge_weight``.
+
+    The normalisation is :func:`gcn_edge_weights` (PyG's ``gcn_norm``), then each
+    edge's weight is added into the entry of ``A`` at (target, source), which sums
+    duplicate edges as the coalesced ``A`` does. For :func:`gcn_conv`'s ``values``:
+    the layer's gradient w.r.t. them chains through here to ``edge_weight``.
+    """
+    n = A.shape[0]
+    ei, ew = gcn_edge_weights(edge_index, edge_weight, n, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=A.val.dtype)
+    coo = A.to_coo()
+    # NOTE: A is coalesced (one entry per (row, col)): sorting its keys once lets a
+    # binary search find every edge's entry, in any format's entry order.
+    keys, order = torch.sort(coo.row * n + coo.col)
+    pos = order[torch.searchsorted(keys, ei[1] * n + ei[0])]
+    return ew.new_zeros(A.nnz).index_add(0, pos, ew)

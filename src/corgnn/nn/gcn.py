@@ -12,8 +12,8 @@ from torch_geometric.nn.inits import zeros
 from .._validate import check_features, check_finite
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn, static_scheme_name
 from ..cost.io import choose_format
-from ..functional.gcn import GCNFunction
-from ..graph import Graph, GraphCache, compiled_gcn_adjacency
+from ..functional.gcn import GCNFunction, gcn_values
+from ..graph import Graph, GraphCache, compiled_gcn_adjacency, tensor_state
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.registry import check_format_name
 
@@ -44,20 +44,27 @@ below ~10 % density."""
 
 class _FeatureCheck:
     """Validates features once per tensor version (the dataset's ``x`` is checked on
-    the first epoch only; a new tensor, or the same one modified in place, is
-    checked again). Subclasses derive more per-version state in :meth:`derive`."""
+    the first epoch only; a new tensor, or the same one modified in place or given
+    new ``.data``, is checked again: :func:`corgnn.graph.tensor_state`, with the
+    same limit as :class:`corgnn.graph.GraphCache` for writes through ``x.data[...]``
+    or NumPy). Subclasses derive more per-version state in :meth:`derive`. The
+    state is never pickled or deep-copied: a copy starts empty."""
 
     def __init__(self):
         self._ref = None
-        self._version = -1
+        self._state_key = None
         self._state = None
 
+    def __reduce__(self):
+        return (type(self), ())
+
     def __call__(self, x: torch.Tensor, num_nodes: int, channels: int):
-        if self._ref is not None and self._ref() is x and x._version == self._version:
+        key = tensor_state(x)
+        if self._ref is not None and self._ref() is x and key == self._state_key:
             return self._state
         check_features("x", x, num_nodes, channels)
         state = self.derive(x)
-        self._ref, self._version, self._state = weakref.ref(x), x._version, state
+        self._ref, self._state_key, self._state = weakref.ref(x), key, state
         return state
 
     def derive(self, x: torch.Tensor):
@@ -166,7 +173,9 @@ class GCNConv(_LayerInputs, nn.Module):
         add_self_loops: add ``I`` before normalising (PyG's default True).
         normalize: apply the symmetric normalisation (PyG's default True).
         cached: kept for PyG signature compatibility; the adjacency is always
-            cached per graph (see ``forward``).
+            cached per graph, keyed as :class:`corgnn.graph.GraphCache` says (a
+            new tensor or an in-place op rebuilds it; writes through
+            ``edge_index.data[...]`` or NumPy are not seen).
 
     Shapes:
         - input: ``x (n, in_channels)`` float32/float64, ``edge_index (2, q)`` int64 or
@@ -241,7 +250,11 @@ class GCNConv(_LayerInputs, nn.Module):
     def forward(self, x, edge_index, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Args: ``x (n, in_channels)`` dense float tensor, or a corgnn sparse matrix
         (e.g. :class:`corgnn.sparse.CSR`) of input features (no gradient flows to it);
-        ``edge_index (2, q)`` or a :class:`corgnn.Graph`; optional ``edge_weight (q,)``."""
+        ``edge_index (2, q)`` or a :class:`corgnn.Graph`; optional ``edge_weight (q,)``.
+
+        Gradients as PyG's: also to ``edge_weight`` (or the Graph's weights) when it
+        requires one, through the normalisation (eager mode), and second derivatives
+        (``create_graph=True``) in every scheme."""
         if torch.compiler.is_compiling():
             return self._forward_compiled(x, edge_index, edge_weight)
         graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
@@ -249,7 +262,16 @@ class GCNConv(_LayerInputs, nn.Module):
         A = self.adjacency(graph, dtype)
         plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
-        return GCNFunction.apply(dense, weight, self.bias, A, plan.scheme, xs)
+        return GCNFunction.apply(dense, weight, self.bias, A, plan.scheme, xs, self._edge_values(graph, A))
+
+    def _edge_values(self, graph: Graph, A: SparseFormat) -> torch.Tensor | None:
+        """``A``'s values as a differentiable function of ``graph.edge_weight`` when
+        that needs a gradient (learnable edge weights, explainer masks), else None:
+        the cached ``A.val`` is used as a constant, at no extra cost."""
+        ew = graph.edge_weight
+        if ew is None or not ew.requires_grad or not torch.is_grad_enabled():
+            return None
+        return gcn_values(A, graph.edge_index, ew, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize)
 
     def _forward_compiled(self, x, edge_index, edge_weight):
         """The forward as ``torch.compile`` traces it (see "torch.compile" in the
@@ -264,7 +286,7 @@ class GCNConv(_LayerInputs, nn.Module):
         )
         training = self._backward_will_run(x.requires_grad)
         scheme = parse_scheme(static_scheme_name(self.in_channels, self.out_channels, training and x.requires_grad, training, self.scheme))
-        return GCNFunction.apply(x, self.lin.weight, self.bias, A, scheme, None)
+        return GCNFunction.apply(x, self.lin.weight, self.bias, A, scheme, None, None)
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, scheme={self.scheme!r}, format={self.format!r}"

@@ -123,7 +123,7 @@ def spmm_rows_kernel(
     ELL: tl.constexpr, SPLIT: tl.constexpr, ACCUMULATE: tl.constexpr,
     BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
-    """``out[r, cols] (+)= sum_{w in row r} val[e_w] B[idx[w], cols] ``
+    """``out[r, cols] (+)= sum_{w in row r} val[e_w] B[idx[w], cols]``
     for row ``program_id(0)`` and feature tile ``program_id(1)``.
 
     ``ELL``: ``ptr`` is ``lengths`` and row ``r`` walks slots ``r*ell_width ..``;
