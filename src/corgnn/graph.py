@@ -8,7 +8,31 @@ from ._validate import check_edge_index, check_edge_weight
 from .sparse.formats import CSR, SparseFormat
 from .sparse.registry import convert
 
-__all__ = ["Graph", "GraphCache", "as_graph", "tensor_state"]
+__all__ = ["Graph", "GraphCache", "as_graph", "gcn_edge_weights", "tensor_state"]
+
+
+def gcn_edge_weights(
+    edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int, *,
+    improved: bool = False, add_self_loops: bool = True, normalize: bool = True, dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(edge_index, weight)`` of the GCN propagation matrix, one weight per edge
+    (remaining self-loops appended, duplicates not yet summed), exactly as PyG's
+    ``GCNConv`` computes them (``gcn_norm``; ``normalize=False``: the raw weights with
+    the self-loops). Built from torch ops, so differentiable w.r.t. ``edge_weight``
+    (twice, as PyG's): :func:`corgnn.functional.gcn.gcn_values` uses that;
+    :meth:`Graph.gcn_adjacency` passes detached weights (its result is cached)."""
+    ew = None if edge_weight is None else edge_weight.to(dtype)
+    if normalize:
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+        return gcn_norm(edge_index, ew, num_nodes, improved, add_self_loops, "source_to_target", dtype)
+    if add_self_loops:
+        from torch_geometric.utils import add_remaining_self_loops
+
+        edge_index, ew = add_remaining_self_loops(edge_index, ew, 2.0 if improved else 1.0, num_nodes)
+    if ew is None:
+        ew = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
+    return edge_index, ew
 
 
 class Graph:
@@ -96,20 +120,8 @@ class Graph:
         key = ("gcn", dtype, improved, add_self_loops, normalize)
         csr = self._cache.get(key)
         if csr is None:
-            ei, ew = self.edge_index, self.edge_weight
-            if ew is not None:
-                ew = ew.to(dtype)
-            if normalize:
-                from torch_geometric.nn.conv.gcn_conv import gcn_norm
-
-                ei, ew = gcn_norm(ei, ew, self.num_nodes, improved, add_self_loops, "source_to_target", dtype)
-            else:
-                if add_self_loops:
-                    from torch_geometric.utils import add_remaining_self_loops
-
-                    ei, ew = add_remaining_self_loops(ei, ew, 2.0 if improved else 1.0, self.num_nodes)
-                if ew is None:
-                    ew = torch.ones(ei.size(1), dtype=dtype, device=ei.device)
+            ew = None if self.edge_weight is None else self.edge_weight.detach()  # a constant: cached
+            ei, ew = gcn_edge_weights(self.edge_index, ew, self.num_nodes, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=dtype)
             n = self.num_nodes
             csr = CSR.from_coo(ei[1], ei[0], ew.to(dtype), (n, n), coalesce=True)
             self._cache[key] = csr

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from ..cost.gcn import GCNScheme
+from ..graph import gcn_edge_weights
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import sddmm, spmm
 
@@ -155,29 +156,6 @@ def gcn_conv(x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat
     :func:`gcn_values`). Use :class:`corgnn.nn.GCNConv` for the validated, planned layer.
     """
     return GCNFunction.apply(x, weight, bias, A, scheme, xs, values)
-
-
-def gcn_edge_weights(
-    edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int, *,
-    improved: bool = False, add_self_loops: bool = True, normalize: bool = True, dtype: torch.dtype = torch.float32,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(edge_index, weight)`` of the GCN propagation matrix, one weight per edge
-    (remaining self-loops appended, duplicates not yet summed), exactly as PyG's
-    ``GCNConv`` computes them (``gcn_norm``; ``normalize=False``: the raw weights with
-    the self-loops). Built from torch ops, so differentiable w.r.t. ``edge_weight``
-    (twice, as PyG's)."""
-    ew = None if edge_weight is None else edge_weight.to(dtype)
-    if normalize:
-        from torch_geometric.nn.conv.gcn_conv import gcn_norm
-
-        return gcn_norm(edge_index, ew, num_nodes, improved, add_self_loops, "source_to_target", dtype)
-    if add_self_loops:
-        from torch_geometric.utils import add_remaining_self_loops
-
-        edge_index, ew = add_remaining_self_loops(edge_index, ew, 2.0 if improved else 1.0, num_nodes)
-    if ew is None:
-        ew = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
-    return edge_index, ew
 
 
 def gcn_values(A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Tensor | None, *, improved: bool = False, add_self_loops: bool = True, normalize: bool = True) -> torch.Tensor:
