@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 
 import torch
 from torch import Tensor
@@ -114,6 +115,7 @@ def _kernel_op(dense: int, semi_batched: bool = False):
             return op(*args) if torch.compiler.is_compiling() else impl(*args)
 
         call.__name__, call.__doc__, call.op, call.fake = name, sig.__doc__, op, None
+        call.signature = inspect.signature(sig)
         return call
 
     return register

@@ -54,9 +54,11 @@ def interpreted() -> bool:
 
 
 def _register(name: str):
-    """Register the launcher as ``corgnn::triton_<name>`` with the library op's fake."""
+    """Register the launcher as ``corgnn::triton_<name>`` with the library op's
+    (typed) signature and fake."""
 
     def deco(fn):
+        fn.__signature__ = getattr(L, name).signature  # the schema is inferred from it
         op = triton_op(f"corgnn::triton_{name}", fn, mutates_args=())
         op.register_fake(getattr(L, name).fake)
         LAUNCHERS[name] = op
@@ -123,12 +125,12 @@ def _rows_out(B: Tensor, n: int) -> Tensor:
 
 
 @_register("spmm_rows")
-def spmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor) -> Tensor:
+def spmm_rows(ptr, idx, perm, val, B):
     return _spmm(ptr, idx, perm, val, B, _rows_out(B, ptr.shape[0] - 1))
 
 
 @_register("spmm_ell")
-def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tensor:
+def spmm_ell(col, lengths, V, B):
     out = _rows_out(B, col.shape[0])
     if col.shape[1] == 0:
         return out.zero_()
@@ -136,7 +138,7 @@ def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tenso
 
 
 @_register("spmm_hybrid")
-def spmm_hybrid(head_ptr: Tensor, head_col: Tensor, tail_row: Tensor, tail_col: Tensor, val: Tensor | None, B: Tensor) -> Tensor:
+def spmm_hybrid(head_ptr, head_col, tail_row, tail_col, val, B):
     n, q1 = head_ptr.shape[0] - 1, head_col.shape[0]
     out = _spmm(head_ptr, head_col, None, None if val is None else val[:q1], B, _rows_out(B, n))
     # the COO part is sorted by row: its row pointer is a bisection of the row array
@@ -162,17 +164,17 @@ def _sddmm(mode: int, rows, idx, perm, val, B: Tensor, C: Tensor, slots: int, nn
 
 
 @_register("sddmm_rows")
-def sddmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+def sddmm_rows(ptr, idx, perm, val, B, C):
     return _sddmm(0, ptr, idx, perm, val, B, C, idx.shape[0], idx.shape[0])
 
 
 @_register("sddmm_coo")
-def sddmm_coo(row: Tensor, col: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+def sddmm_coo(row, col, val, B, C):
     return _sddmm(1, row, col, None, val, B, C, row.shape[0], row.shape[0])
 
 
 @_register("sddmm_ell")
-def sddmm_ell(col: Tensor, lengths: Tensor, offsets: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
+def sddmm_ell(col, lengths, offsets, val, B, C):
     # NOTE: the entry count is data-dependent (one host sync); ELLPACK is an eager-only format
     nnz = int(lengths.sum())
     return _sddmm(2, offsets, col, None, val, B, C, col.numel(), nnz, max(1, col.shape[1]))
@@ -182,7 +184,7 @@ def sddmm_ell(col: Tensor, lengths: Tensor, offsets: Tensor, val: Tensor | None,
 
 
 @_register("edge_softmax_rows")
-def edge_softmax_rows(ptr: Tensor, perm: Tensor | None, scores: Tensor) -> Tensor:
+def edge_softmax_rows(ptr, perm, scores):
     out = torch.zeros_like(scores, memory_format=torch.contiguous_format)  # padding entries stay 0
     n, H = ptr.shape[0] - 1, scores.shape[1]
     if n == 0 or scores.shape[0] == 0:
@@ -206,10 +208,7 @@ def _consts(negative_slope: float, p: float, M: Tensor) -> tuple[Tensor, int]:
 
 
 @_register("gat_attention")
-def gat_attention(
-    ptr: Tensor, idx: Tensor, perm: Tensor | None, s: Tensor, d: Tensor, M: Tensor,
-    negative_slope: float, p: float, seed: Tensor, want_leaky: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
+def gat_attention(ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
     n, H, Kh = M.shape
     q = idx.shape[0]
     alpha = torch.zeros(q, H, dtype=M.dtype, device=M.device)  # padding entries stay 0
@@ -228,12 +227,7 @@ def gat_attention(
 
 
 @_register("gat_attention_backward")
-def gat_attention_backward(
-    ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
-    G: Tensor, M: Tensor, a_src: Tensor, a_dst: Tensor,
-    alpha: Tensor | None, leaky: Tensor | None, s: Tensor | None, d: Tensor | None,
-    negative_slope: float, p: float, seed: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
+def gat_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
     n, H, Kh = M.shape
     q = idx.shape[0]
     cached = alpha is not None and leaky is not None
