@@ -203,8 +203,10 @@ def test_state_dict_and_optimize_swap():
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         for layer in (PygGATConv(5, 4, edge_dim=2), PygGATConv(5, 4, residual=True), PygGATConv((5, 3), 4)):
-            assert corgnn.optimize(layer) is layer
-    assert len(w) == 3 and all("unsupported" in str(m.message) for m in w)
+            assert isinstance(corgnn.optimize(layer), GATConv)  # converted (tests/test_fidelity_inputs.py)
+        declined = PygGATConv(5, 4, flow="target_to_source")
+        assert corgnn.optimize(declined) is declined
+    assert len(w) == 1 and "unsupported" in str(w[0].message)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -226,13 +228,15 @@ def test_bad_input_errors():
         layer(torch.randn(n, 5), ei)
     with pytest.raises(TypeError, match="float64"):
         layer(x.double(), ei)
+    # without edge_dim PyG ignores edge_attr; with it, a wrong shape is named
+    torch.testing.assert_close(layer(x, ei, edge_attr=torch.randn(ei.size(1), 2)), layer(x, ei))
     with pytest.raises(ValueError, match="edge_attr"):
-        layer(x, ei, edge_attr=torch.randn(ei.size(1), 2))
+        GATConv(4, 3, edge_dim=3)(x, ei, edge_attr=torch.randn(ei.size(1), 2))
     for kw in (dict(cache="everything"), dict(dropout=1.0), dict(heads=0), dict(format="dense")):
         with pytest.raises(ValueError):
             GATConv(4, 3, **kw)
-    with pytest.raises(ValueError, match="bipartite"):
-        GATConv((4, 5), 3)
+    with pytest.raises(ValueError, match="pair"):
+        GATConv((4, 5, 6), 3)
 
 
 # ---------------------------------------------------------------------------- cost model

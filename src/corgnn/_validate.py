@@ -13,7 +13,20 @@ __all__ = [
     "check_edge_weight",
     "check_features",
     "check_finite",
+    "check_float_dtype",
+    "FLOAT_DTYPES",
 ]
+
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+"""Value dtypes the layers take; half precision (bfloat16, float16) is accumulated in
+float32 inside the kernels and returned in its own dtype."""
+
+
+def check_float_dtype(name: str, dtype: torch.dtype) -> None:
+    """Raise ``TypeError`` naming ``dtype`` and :data:`FLOAT_DTYPES` unless it is one."""
+    if dtype not in FLOAT_DTYPES:
+        ok = ", ".join(str(d).replace("torch.", "") for d in FLOAT_DTYPES)
+        raise TypeError(f"{name} is {str(dtype).replace('torch.', '')}; supported dtypes are {ok}")
 
 
 def check_finite(name: str, t: torch.Tensor) -> None:
@@ -43,6 +56,11 @@ def check_edge_index(edge_index, num_nodes: int | None) -> int:
     """
     if not isinstance(edge_index, torch.Tensor):
         raise TypeError(f"edge_index must be a torch.Tensor of shape (2, q), got {type(edge_index).__name__}")
+    if edge_index.layout != torch.strided:
+        raise TypeError(
+            f"edge_index is a sparse ({edge_index.layout}) adjacency, not a (2, q) edge list; the layers take it "
+            "directly (PyG's adj_t: row = target), a Graph is built from one with Graph.from_sparse"
+        )
     if edge_index.is_floating_point() or edge_index.is_complex() or edge_index.dtype == torch.bool:
         raise TypeError(f"edge_index must have an integer dtype (torch.int64), got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
@@ -89,7 +107,8 @@ def check_features(name: str, x, num_nodes: int, channels: int | None = None) ->
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (num_nodes, channels), got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor (float32 or float64), got {x.dtype}")
+        raise TypeError(f"{name} must be a floating tensor (float32, float64, bfloat16 or float16), got {x.dtype}")
+    check_float_dtype(name, x.dtype)
     if x.dim() != 2:
         raise ValueError(f"{name} must be 2-D (num_nodes, channels), got shape {tuple(x.shape)}")
     if x.size(0) != num_nodes:

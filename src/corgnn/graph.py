@@ -8,20 +8,125 @@ from ._validate import check_edge_index, check_edge_weight
 from .sparse.formats import CSR, SparseFormat
 from .sparse.registry import convert
 
-__all__ = ["Graph", "GraphCache", "as_graph", "gcn_edge_weights", "tensor_state"]
+__all__ = [
+    "Graph", "GraphCache", "as_graph", "gcn_edge_weights", "tensor_state",
+    "is_sparse_adjacency", "sparse_adjacency_entries", "gat_edges", "sparse_attention_result",
+]
+
+LOOP_MODES = ("remaining", "add", "set")
+"""How self-loops join a graph, by the form PyG was given it in (:attr:`Graph.loops`):
+``"remaining"`` for an ``edge_index`` (GCN: ``add_remaining_self_loops``, an existing
+loop keeps its weight; GAT: existing loops removed, one per node appended, duplicate
+edges kept), ``"add"`` for a ``torch.sparse`` ``adj_t`` (GCN: ``A + fill I``, so an
+existing loop's weight grows by the fill value; GAT: loops replaced and the pattern
+coalesced, duplicate entries merged into one edge) and ``"set"`` for a
+``torch_sparse.SparseTensor`` (GCN: ``fill_diag``, the diagonal replaced by the fill
+value; GAT: ``set_diag``, loops replaced, the pattern kept sorted)."""
+
+
+def is_sparse_adjacency(adj) -> bool:
+    """Whether ``adj`` is a sparse adjacency matrix as PyG's layers accept one in
+    place of ``edge_index``: a ``torch.sparse`` tensor (any sparse layout) or a
+    ``torch_sparse.SparseTensor``."""
+    if isinstance(adj, torch.Tensor):
+        return adj.layout != torch.strided
+    return _is_torch_sparse_sparsetensor(adj)
+
+
+def _is_torch_sparse_sparsetensor(adj) -> bool:
+    t = type(adj)
+    return t.__name__ == "SparseTensor" and t.__module__.split(".")[0] == "torch_sparse"
+
+
+def sparse_adjacency_entries(adj) -> tuple[str, torch.Tensor, torch.Tensor, torch.Tensor | None, tuple[int, int]]:
+    """``(kind, row, col, value, (rows, cols))`` of a sparse adjacency in PyG's
+    ``adj_t`` convention (row = target, column = source), its entries in the order
+    PyG reads them: a COO tensor's stored order (coalesced or not, as PyG's
+    ``to_edge_index`` takes it), a CSR tensor's row-major order, a SparseTensor's
+    ``coo()``. ``kind`` is ``"torch"`` or ``"SparseTensor"``; ``value`` is None when
+    a SparseTensor has none.
+
+    Raises:
+        TypeError: ``adj`` is no sparse adjacency.
+        ValueError: not 2-D, values with dense dimensions, or a layout PyG's layers
+            do not take (CSC, BSR, BSC: convert with ``.to_sparse_csr()``).
+    """
+    if _is_torch_sparse_sparsetensor(adj):
+        row, col, value = adj.coo()
+        return "SparseTensor", row.long(), col.long(), value, (int(adj.size(0)), int(adj.size(1)))
+    if not isinstance(adj, torch.Tensor) or adj.layout == torch.strided:
+        raise TypeError(f"expected a torch.sparse tensor or a torch_sparse.SparseTensor, got {type(adj).__name__}")
+    if adj.dim() != 2 or adj.dense_dim() != 0:
+        raise ValueError(
+            f"a sparse adjacency must be a 2-D (num_nodes, num_nodes) matrix with one value per entry, "
+            f"got shape {tuple(adj.shape)} ({adj.layout})"
+        )
+    shape = (int(adj.size(0)), int(adj.size(1)))
+    if adj.layout == torch.sparse_coo:
+        row, col = adj._indices()
+        return "torch", row.long(), col.long(), adj._values(), shape
+    if adj.layout == torch.sparse_csr:
+        crow = adj.crow_indices().long()
+        row = torch.repeat_interleave(torch.arange(shape[0], device=crow.device), crow[1:] - crow[:-1])
+        return "torch", row, adj.col_indices().long(), adj.values(), shape
+    raise ValueError(
+        f"sparse adjacency layout {adj.layout} is not supported (nor by PyG's GCNConv/GATConv); "
+        "pass a COO or CSR tensor (.to_sparse_csr()) with row = target, column = source (PyG's adj_t)"
+    )
+
+
+def _sparse_state(adj) -> tuple:
+    """:func:`tensor_state` of a sparse adjacency: its version counter (shared with
+    its index and value arrays, so in-place ops on them change it) and the state of
+    each array."""
+    if _is_torch_sparse_sparsetensor(adj):
+        st = adj.storage
+        parts = [getattr(st, name, None) for name in ("_row", "_rowptr", "_col", "_value")]
+        return tuple(tensor_state(t) for t in parts if isinstance(t, torch.Tensor))
+    if adj.layout == torch.sparse_coo:
+        parts = (adj._indices(), adj._values())
+    elif adj.layout == torch.sparse_csr:
+        parts = (adj.crow_indices(), adj.col_indices(), adj.values())
+    else:
+        return (adj._version, tuple(adj.shape), adj.layout)
+    return (adj._version, tuple(adj.shape), adj.layout) + tuple(tensor_state(t) for t in parts)
+
+
+def _with_loops(edge_index: torch.Tensor, weight: torch.Tensor | None, fill: float, num_nodes: int, replace: bool):
+    """``edge_index`` (and ``weight``) with one loop per node ``< num_nodes`` appended
+    (weight ``fill``); existing loops removed first when ``replace``."""
+    if replace:
+        keep = edge_index[0] != edge_index[1]
+        edge_index = edge_index[:, keep]
+        weight = None if weight is None else weight[keep]
+    loops = torch.arange(num_nodes, device=edge_index.device)
+    edge_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
+    if weight is not None:
+        weight = torch.cat([weight, weight.new_full((num_nodes,), fill)])
+    return edge_index, weight
 
 
 def gcn_edge_weights(
     edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int, *,
     improved: bool = False, add_self_loops: bool = True, normalize: bool = True, dtype: torch.dtype = torch.float32,
+    loops: str = "remaining",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(edge_index, weight)`` of the GCN propagation matrix, one weight per edge
     (remaining self-loops appended, duplicates not yet summed), exactly as PyG's
     ``GCNConv`` computes them (``gcn_norm``; ``normalize=False``: the raw weights with
     the self-loops). Built from torch ops, so differentiable w.r.t. ``edge_weight``
     (twice, as PyG's): :func:`corgnn.functional.gcn.gcn_values` uses that;
-    :meth:`Graph.gcn_adjacency` passes detached weights (its result is cached)."""
+    :meth:`Graph.gcn_adjacency` passes detached weights (its result is cached).
+    ``loops`` (one of :data:`LOOP_MODES`) is how PyG adds the self-loops for the
+    form the graph came in: ``"add"`` (a ``torch.sparse`` adjacency) appends a loop
+    for every node, summed with an existing one; ``"set"`` (a SparseTensor) replaces
+    existing loops."""
     ew = None if edge_weight is None else edge_weight.to(dtype)
+    if add_self_loops and loops != "remaining":
+        if ew is None:
+            ew = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
+        edge_index, ew = _with_loops(edge_index, ew, 2.0 if improved else 1.0, num_nodes, replace=loops == "set")
+        add_self_loops = False
     if normalize:
         from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
@@ -64,7 +169,35 @@ class Graph:
             raise ValueError(f"edge_weight is on {edge_weight.device} but edge_index is on {edge_index.device}")
         self.edge_index = edge_index.long()
         self.edge_weight = edge_weight
+        self.loops = "remaining"  # how PyG adds self-loops to this graph (LOOP_MODES)
+        self.sparse_input = None  # (kind, layout) when built from a sparse adjacency
         self._cache: dict = {}
+
+    @classmethod
+    def from_sparse(cls, adj, num_nodes: int | None = None) -> "Graph":
+        """The graph of a sparse adjacency as PyG's ``GCNConv``/``GATConv`` take it
+        in place of ``edge_index``: a ``torch.sparse`` COO or CSR tensor or a
+        ``torch_sparse.SparseTensor``, in PyG's ``adj_t`` convention (``adj_t[i, j]``
+        is the edge from source ``j`` to target ``i``; the transposed adjacency).
+        Its values are the edge weights (GCN; GAT ignores them). Self-loops follow
+        PyG's handling of that form (:data:`LOOP_MODES`), and the GAT attention
+        edges keep PyG's entry order (see :meth:`gat_edges`).
+
+        Raises:
+            TypeError / ValueError: not a sparse adjacency, not square, a layout PyG
+                does not take, ``num_nodes`` (``x``'s rows) not its size.
+        """
+        kind, row, col, value, shape = sparse_adjacency_entries(adj)
+        if shape[0] != shape[1]:
+            raise ValueError(f"a sparse adjacency must be square (num_nodes, num_nodes), got {shape}")
+        if num_nodes is not None and num_nodes != shape[0]:
+            raise ValueError(f"x has {num_nodes} rows but the sparse adjacency is {shape[0]} x {shape[1]}")
+        if value is not None and not value.is_floating_point():
+            value = value.to(torch.get_default_dtype())
+        g = cls(torch.stack([col, row]), value, shape[0])
+        g.loops = "add" if kind == "torch" else "set"
+        g.sparse_input = (kind, getattr(adj, "layout", None))
+        return g
 
     # ------------------------------------------------------------------ basics
     @property
@@ -121,7 +254,9 @@ class Graph:
         csr = self._cache.get(key)
         if csr is None:
             ew = None if self.edge_weight is None else self.edge_weight.detach()  # a constant: cached
-            ei, ew = gcn_edge_weights(self.edge_index, ew, self.num_nodes, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=dtype)
+            ei, ew = gcn_edge_weights(
+                self.edge_index, ew, self.num_nodes, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=dtype, loops=self.loops,
+            )
             n = self.num_nodes
             csr = CSR.from_coo(ei[1], ei[0], ew.to(dtype), (n, n), coalesce=True)
             self._cache[key] = csr
@@ -143,21 +278,34 @@ class Graph:
     def gat_adjacency(self, *, add_self_loops: bool = True, format: str = "csr") -> SparseFormat:
         """Attention pattern of PyG's ``GATConv``: existing self-loops removed and one
         added per node (when ``add_self_loops``); duplicate edges kept as separate
-        edges. Rows = targets, columns = sources, no values (the attention
-        coefficients are supplied per call). Cached.
+        edges (merged for a ``torch.sparse`` input, as PyG coalesces it). Rows =
+        targets, columns = sources, no values (the attention coefficients are
+        supplied per call). Cached.
         """
         key = ("gat", add_self_loops)
         csr = self._cache.get(key)
         if csr is None:
-            ei = self.edge_index
-            if add_self_loops:
-                keep = ei[0] != ei[1]
-                loops = torch.arange(self.num_nodes, device=ei.device)
-                ei = torch.cat([ei[:, keep], torch.stack([loops, loops])], dim=1)
+            ei, _ = self.gat_edges(add_self_loops=add_self_loops)
             n = self.num_nodes
             csr = CSR.from_coo(ei[1], ei[0], None, (n, n), coalesce=False)
             self._cache[key] = csr
         return self._format(key, csr, format)
+
+    def gat_edges(self, *, add_self_loops: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(edge_index (2, q'), perm (q',))``: the edges of PyG's ``GATConv`` after its
+        self-loop handling, in PyG's order (the ``edge_index`` it returns with
+        ``return_attention_weights=True``; edge features follow it), and for each
+        entry of the CSR :meth:`gat_adjacency` the position of its edge there
+        (``alpha_csr = alpha_pyg[perm]``; ``perm.argsort()`` maps back). Cached.
+        """
+        key = ("gat-edges", add_self_loops)
+        out = self._cache.get(key)
+        if out is None:
+            n = self.num_nodes
+            ei = gat_edges(self.edge_index, n, n, n if add_self_loops else None, self.loops)
+            perm = torch.argsort(ei[1] * max(n, 1) + ei[0], stable=True)  # CSR.from_coo's order
+            out = self._cache[key] = (ei, perm)
+        return out
 
     def _format(self, key, csr: CSR, format: str) -> SparseFormat:
         if format == "csr":
@@ -169,15 +317,67 @@ class Graph:
         return out
 
 
+def gat_edges(edge_index: torch.Tensor, n_src: int, n_dst: int, num_loops: int | None, loops: str = "remaining") -> torch.Tensor:
+    """The edges PyG's ``GATConv`` attends over, in its order: ``edge_index`` (row 0 =
+    source ``< n_src``, row 1 = target ``< n_dst``) with its self-loops removed and one
+    loop per node ``< num_loops`` appended (``None``: unchanged). For a sparse
+    adjacency (``loops`` ``"add"``/``"set"``, see :data:`LOOP_MODES`) PyG rebuilds the
+    matrix with the loops, sorted by (target, source), a ``torch.sparse`` one with
+    duplicate entries merged."""
+    if num_loops is None:
+        return edge_index
+    keep = edge_index[0] != edge_index[1]
+    idx = torch.arange(num_loops, device=edge_index.device)
+    ei = torch.cat([edge_index[:, keep], torch.stack([idx, idx])], dim=1)
+    if loops != "remaining":
+        m = max(n_src, 1)
+        key = ei[1] * m + ei[0]
+        key = torch.unique(key) if loops == "add" else torch.sort(key).values
+        ei = torch.stack([key % m, key // m])
+    return ei
+
+
+def sparse_attention_result(sparse_input: tuple, edge_index: torch.Tensor, alpha: torch.Tensor, shape: tuple[int, int]):
+    """The second item PyG's ``GATConv`` returns with ``return_attention_weights=True``
+    for a sparse adjacency (``sparse_input`` = :attr:`Graph.sparse_input`):
+    ``(adj, alpha)`` with ``adj`` a ``torch.sparse`` tensor of the input's layout
+    holding ``alpha`` at the attention edges ``edge_index`` (PyG's order; shape
+    ``shape + (heads,)``), or for a SparseTensor input the SparseTensor alone."""
+    kind, layout = sparse_input
+    row, col = edge_index[1], edge_index[0]
+    if kind == "SparseTensor":
+        from torch_sparse import SparseTensor
+
+        return SparseTensor(row=row, col=col, value=alpha, sparse_sizes=shape, is_sorted=True, trust_data=True)
+    size = tuple(shape) + tuple(alpha.shape[1:])
+    if layout == torch.sparse_csr:
+        from .sparse.formats import _ptr_from_sorted
+
+        return torch.sparse_csr_tensor(_ptr_from_sorted(row, shape[0]), col, alpha, size), alpha
+    return torch.sparse_coo_tensor(torch.stack([row, col]), alpha, size).coalesce(), alpha
+
+
 def as_graph(edge_index_or_graph, edge_weight=None, num_nodes: int | None = None) -> Graph:
-    """Accept a :class:`Graph` or a PyG ``edge_index`` (+ optional weights)."""
+    """Accept a :class:`Graph`, a PyG ``edge_index`` (+ optional weights) or a sparse
+    adjacency (``torch.sparse`` / ``torch_sparse.SparseTensor``, PyG's ``adj_t``)."""
     if isinstance(edge_index_or_graph, Graph):
         if edge_weight is not None:
             raise ValueError("edge_weight must be given when building the Graph, not with a Graph argument")
         if num_nodes is not None and num_nodes != edge_index_or_graph.num_nodes:
             raise ValueError(f"x has {num_nodes} rows but the Graph has {edge_index_or_graph.num_nodes} nodes")
         return edge_index_or_graph
+    if is_sparse_adjacency(edge_index_or_graph):
+        _no_weight_with_sparse(edge_weight)
+        return Graph.from_sparse(edge_index_or_graph, num_nodes)
     return Graph(edge_index_or_graph, edge_weight, num_nodes)
+
+
+def _no_weight_with_sparse(edge_weight) -> None:
+    if edge_weight is not None:
+        raise ValueError(
+            "edge_weight must be None with a sparse adjacency: its values are the edge weights "
+            "(PyG ignores edge_weight there); put the weights into the sparse matrix"
+        )
 
 
 def tensor_state(t: torch.Tensor) -> tuple:
@@ -220,6 +420,17 @@ class GraphCache:
         return (type(self), ())
 
     def __call__(self, edge_index_or_graph, edge_weight=None, num_nodes: int | None = None) -> Graph:
+        if is_sparse_adjacency(edge_index_or_graph):
+            # keyed on the sparse matrix object and the state of its arrays
+            adj = edge_index_or_graph
+            _no_weight_with_sparse(edge_weight)
+            key = ("sparse", _sparse_state(adj), num_nodes)
+            old = self._key
+            if old is not None and old[0] is adj and old[1:] == key:
+                return self._graph
+            self._graph = Graph.from_sparse(adj, num_nodes)
+            self._key = (adj,) + key
+            return self._graph
         if isinstance(edge_index_or_graph, Graph) or not isinstance(edge_index_or_graph, torch.Tensor):
             return as_graph(edge_index_or_graph, edge_weight, num_nodes)
         key = (
@@ -230,7 +441,7 @@ class GraphCache:
             num_nodes,
         )
         old = self._key
-        if old is not None and all((a is b) if isinstance(a, torch.Tensor) or b is None else a == b for a, b in zip(old, key)):
+        if old is not None and len(old) == len(key) and all((a is b) if isinstance(a, torch.Tensor) or b is None else a == b for a, b in zip(old, key)):
             return self._graph
         self._graph = Graph(edge_index_or_graph, edge_weight, num_nodes)
         self._key = key
@@ -346,7 +557,11 @@ def _unpack(edge_index_or_graph, edge_weight, num_nodes):
         g = edge_index_or_graph
         if edge_weight is not None:
             raise ValueError("edge_weight must be given when building the Graph, not with a Graph argument")
+        if g.loops != "remaining":  # (the compiled ops rebuild the graph from its edge list)
+            raise ValueError("under torch.compile, a Graph built from a sparse adjacency is not supported; pass edge_index or run eagerly")
         return g.edge_index, g.edge_weight, g.num_nodes
+    if is_sparse_adjacency(edge_index_or_graph):
+        raise ValueError("under torch.compile, edge_index must be a (2, q) integer tensor or a corgnn.Graph; a sparse adjacency is not supported there")
     if not isinstance(edge_index_or_graph, torch.Tensor) or edge_index_or_graph.dim() != 2 or edge_index_or_graph.size(0) != 2:
         raise ValueError("edge_index must be a (2, q) integer tensor")
     return edge_index_or_graph, edge_weight, num_nodes

@@ -1,4 +1,5 @@
-"""PyG interop: ``optimize(model)`` swaps PyG layers for corgnn's equivalents.
+"""PyG interop: ``optimize(model)`` swaps PyG layers for corgnn's equivalents;
+``from_torch_sparse(t)`` turns a ``torch.sparse`` matrix into a corgnn CSR.
 
 Every PyG converter lives here: one pair of functions per PyG layer class (what it
 does not support, how to build its replacement), listed in :func:`_converters`.
@@ -11,7 +12,7 @@ import warnings
 import torch
 from torch import nn
 
-__all__ = ["optimize"]
+__all__ = ["optimize", "from_torch_sparse"]
 
 _MODULE_HOOKS = (
     "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
@@ -76,6 +77,37 @@ def _adopt(make, layer: nn.Module, params: dict) -> nn.Module:
     return new
 
 
+# ----------------------------------------------------------------- torch.sparse
+
+
+def from_torch_sparse(t: torch.Tensor):
+    """corgnn :class:`~corgnn.sparse.CSR` of a 2-D ``torch.sparse`` matrix (COO, CSR,
+    CSC, BSR or BSC layout): same shape, values, dtype and device; the entries of an
+    uncoalesced COO tensor are summed per position, as ``t.to_dense()`` does. The
+    values are taken as constants (no autograd link to ``t``).
+
+    Raises:
+        TypeError: ``t`` is not a sparse tensor.
+        ValueError: not 2-D, or hybrid (values with dense dimensions).
+    """
+    from .sparse.formats import CSR
+
+    if not isinstance(t, torch.Tensor) or t.layout == torch.strided:
+        what = f"a dense {t.dtype} tensor" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise TypeError(f"expected a torch.sparse tensor, got {what}")
+    if t.dim() != 2 or t.dense_dim() != 0:
+        raise ValueError(f"expected a 2-D sparse matrix with scalar values, got shape {tuple(t.shape)} with {t.dense_dim()} dense dim(s) ({t.layout})")
+    t = t.detach()
+    shape = (int(t.size(0)), int(t.size(1)))
+    if t.layout == torch.sparse_csr:
+        return CSR(t.crow_indices().long().contiguous(), t.col_indices().long().contiguous(), t.values().contiguous(), shape)
+    if t.layout != torch.sparse_coo:
+        t = t.to_sparse_coo()
+    t = t.coalesce()  # sorted row-major, duplicates summed
+    row, col = t.indices()
+    return CSR.from_coo(row, col, t.values(), shape)
+
+
 # ------------------------------------------------------------------------ GCNConv
 
 
@@ -106,27 +138,34 @@ def _build_gcn(layer) -> nn.Module:
 # ------------------------------------------------------------------------ GATConv
 
 
+_GAT_LINEARS = ("lin", "lin_src", "lin_dst", "lin_edge", "res")
+"""PyG ``GATConv``'s bias-free ``Linear`` submodules (each present or None)."""
+
+
 def _gat_params(layer) -> dict:
-    return {"lin.weight": layer.lin.weight, "att_src": layer.att_src, "att_dst": layer.att_dst, "bias": layer.bias}
+    params = {f"{name}.weight": getattr(layer, name).weight for name in _GAT_LINEARS if getattr(layer, name, None) is not None}
+    params.update(att_src=layer.att_src, att_dst=layer.att_dst, att_edge=getattr(layer, "att_edge", None), bias=layer.bias)
+    return params
 
 
 def _gat_unsupported(layer) -> list[str]:
-    """Options of a PyG ``GATConv`` corgnn's GATConv does not support: edge features
-    (``edge_dim``), ``residual=True``, bipartite ``in_channels`` (separate
-    ``lin_src``/``lin_dst``), a ``lin.bias``, those of :func:`_message_passing_unsupported`.
-    ``fill_value`` is accepted: PyG uses it only for edge features of self-loops."""
+    """Options of a PyG ``GATConv`` corgnn's GATConv does not support: a bias on one
+    of its ``Linear`` transforms, those of :func:`_message_passing_unsupported`.
+    Bipartite ``in_channels`` (``lin_src``/``lin_dst``), edge features (``edge_dim``,
+    ``fill_value``) and ``residual=True`` are converted."""
     unsupported = _message_passing_unsupported(layer)
-    if getattr(layer, "edge_dim", None) is not None or getattr(layer, "lin_edge", None) is not None:
-        unsupported.append(f"edge_dim={layer.edge_dim}")
-    if getattr(layer, "res", None) is not None or getattr(layer, "residual", False):
-        unsupported.append("residual=True")
-    lin = getattr(layer, "lin", None)
-    if lin is None:
-        unsupported.append("bipartite in_channels (lin_src/lin_dst)")
-    else:
-        unsupported += _not_parameters(_gat_params(layer))
-        if lin.bias is not None:
-            unsupported.append("lin.bias")
+    if getattr(layer, "lin", None) is None and (getattr(layer, "lin_src", None) is None or getattr(layer, "lin_dst", None) is None):
+        unsupported.append("no lin nor lin_src/lin_dst")
+        return unsupported
+    if getattr(layer, "edge_dim", None) is not None and (getattr(layer, "lin_edge", None) is None or getattr(layer, "att_edge", None) is None):
+        unsupported.append(f"edge_dim={layer.edge_dim} without lin_edge/att_edge")
+    if getattr(layer, "residual", False) and getattr(layer, "res", None) is None:
+        unsupported.append("residual=True without res")
+    unsupported += _not_parameters(_gat_params(layer))
+    for name in _GAT_LINEARS:
+        lin = getattr(layer, name, None)
+        if lin is not None and getattr(lin, "bias", None) is not None:
+            unsupported.append(f"{name}.bias")
     return unsupported
 
 
@@ -134,10 +173,16 @@ def _build_gat(layer) -> nn.Module:
     """corgnn :class:`GATConv` sharing the (materialised) PyG layer's parameters."""
     from .nn.gat import GATConv
 
+    if layer.lin is not None:
+        in_channels = layer.lin.weight.size(1)  # (PyG keeps in_channels=-1 for a lazy layer)
+    else:
+        in_channels = (layer.lin_src.weight.size(1), layer.lin_dst.weight.size(1))
+    lin_edge = getattr(layer, "lin_edge", None)
     return _adopt(lambda: GATConv(
-        layer.lin.weight.size(1), layer.out_channels, heads=layer.heads, concat=layer.concat,
-        negative_slope=layer.negative_slope, dropout=layer.dropout, bias=layer.bias is not None,
-        add_self_loops=layer.add_self_loops,
+        in_channels, layer.out_channels, heads=layer.heads, concat=layer.concat,
+        negative_slope=layer.negative_slope, dropout=layer.dropout, add_self_loops=layer.add_self_loops,
+        edge_dim=None if lin_edge is None else lin_edge.weight.size(1), fill_value=getattr(layer, "fill_value", "mean"),
+        bias=layer.bias is not None, residual=getattr(layer, "res", None) is not None,
     ), layer, _gat_params(layer))
 
 

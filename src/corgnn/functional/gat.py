@@ -26,9 +26,9 @@ import torch
 from ..cost.gat import parse_cache
 from ..sparse.attention import DropoutSpec, attention_backward, attention_forward, head_weighted_sums, node_scores
 from ..sparse.formats import SparseFormat
-from ..sparse.ops import spmm
+from ..sparse.ops import edge_softmax, spmm
 
-__all__ = ["GATFunction", "gat_conv"]
+__all__ = ["GATFunction", "gat_conv", "gat_attention"]
 
 
 def _transform(x: torch.Tensor | None, weight: torch.Tensor, heads: int, xs: SparseFormat | None = None) -> torch.Tensor:
@@ -150,7 +150,8 @@ def gat_conv(
     training: bool = False,
     cache: str = "edge_weights",
     xs: SparseFormat | None = None,
-) -> torch.Tensor:
+    return_attention_weights: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Functional multi-head GAT layer (no validation; :class:`corgnn.nn.GATConv` validates).
 
     Shapes: ``x (n, m)`` (or None with sparse features ``xs (n, m)``), ``weight (heads*k, m)``, ``att_src``/``att_dst (1, heads, k)``,
@@ -162,6 +163,12 @@ def gat_conv(
     ``cache`` is one of "none", "features", "node_attention", "edge_weights".
     Without autograd (``torch.no_grad()`` or no input requiring a gradient) the
     forward runs directly and keeps nothing.
+
+    ``return_attention_weights=True`` returns ``(out, alpha)``, ``alpha (nnz, heads)``
+    the attention coefficients (after dropout) in ``A``'s entry order. Without
+    autograd and dropout they come from the fused forward; otherwise the layer runs
+    :func:`gat_attention` (corgnn's differentiable sparse ops), so that ``alpha``
+    carries gradients as PyG's does.
     """
     cache = parse_cache(cache)
     if isinstance(dropout, DropoutSpec):
@@ -169,7 +176,69 @@ def gat_conv(
     else:
         drop = DropoutSpec(dropout if training else 0.0, device=weight.device)
     tensors = (x, weight, att_src, att_dst, bias)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if return_attention_weights:
+        if grad or drop.active:
+            M = _transform(x, weight, heads, xs)  # (differentiable: torch.mm, or corgnn's spmm)
+            out3, alpha = gat_attention(M, M, att_src, att_dst, A, negative_slope=negative_slope, dropout=drop.p, training=True)
+            out = out3.flatten(1) if concat else out3.mean(1)
+            return (out if bias is None else out + bias), alpha
+        with torch.no_grad():
+            out, _, _, _, alpha, _ = _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, False, xs)
+        return out, alpha
+    if grad:
         return GATFunction.apply(x, weight, att_src, att_dst, bias, drop.seed, A, heads, concat, negative_slope, drop.p, cache, xs)
     with torch.no_grad():
         return _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, False, xs)[0]
+
+
+def gat_attention(
+    M_src: torch.Tensor,
+    M_dst: torch.Tensor | None,
+    att_src: torch.Tensor,
+    att_dst: torch.Tensor,
+    A: SparseFormat,
+    *,
+    negative_slope: float = 0.2,
+    dropout: float = 0.0,
+    training: bool = False,
+    alpha_edge: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAT attention and aggregation built from corgnn's differentiable public ops
+    (autograd through :func:`~corgnn.sparse.edge_softmax` and
+    :func:`~corgnn.sparse.spmm`), for what the fused :class:`GATFunction` does not
+    serve: bipartite graphs (separate source and target features), edge features,
+    attention weights that need gradients. PyG ``GATConv``'s computation step by step:
+
+    ``y_e = <M_src[j], a_src> + <M_dst[i], a_dst> (+ alpha_edge_e)`` for entry
+    ``e = (i, j)`` of ``A`` (row ``i`` = target, column ``j`` = source),
+    ``alpha = dropout(softmax_row(LeakyReLU(y)))``, ``out[i] = sum_e alpha_e M_src[j]``.
+
+    Args:
+        M_src: ``(n_src, h, k)`` transformed source features.
+        M_dst: ``(n_dst, h, k)`` transformed target features, or None (no target term).
+        att_src, att_dst: ``(1, h, k)`` (or ``(h, k)``) attention vectors.
+        A: ``(n_dst, n_src)`` attention pattern, any format.
+        alpha_edge: optional ``(nnz, h)`` per-entry logit term (edge features), in
+            ``A``'s entry order.
+
+    Returns:
+        ``(out (n_dst, h, k), alpha (nnz, h))``, ``alpha`` after dropout, in ``A``'s
+        entry order.
+    """
+    H, K = M_src.shape[1:]
+    ptr, idx, perm = A.row_plan(False)
+    rows = torch.repeat_interleave(torch.arange(A.shape[0], device=ptr.device), ptr[1:] - ptr[:-1])
+    if perm is None:
+        row, col = rows, idx
+    else:  # the row walk's entries back in A's own order
+        row, col = torch.empty_like(rows), torch.empty_like(idx)
+        row[perm], col[perm] = rows, idx
+    y = (M_src * att_src.reshape(1, H, K)).sum(-1)[col]
+    if M_dst is not None:
+        y = y + (M_dst * att_dst.reshape(1, H, K)).sum(-1)[row]
+    if alpha_edge is not None:
+        y = y + alpha_edge
+    alpha = edge_softmax(A, torch.nn.functional.leaky_relu(y, negative_slope)) if A.nnz else y
+    alpha = torch.nn.functional.dropout(alpha, dropout, training)
+    return spmm(A, M_src, values=alpha), alpha

@@ -158,7 +158,10 @@ def gcn_conv(x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat
     return GCNFunction.apply(x, weight, bias, A, scheme, xs, values)
 
 
-def gcn_values(A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Tensor | None, *, improved: bool = False, add_self_loops: bool = True, normalize: bool = True) -> torch.Tensor:
+def gcn_values(
+    A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Tensor | None, *,
+    improved: bool = False, add_self_loops: bool = True, normalize: bool = True, loops: str = "remaining",
+) -> torch.Tensor:
     """Values ``(nnz,)`` of the GCN propagation matrix ``A`` (as built by
     :meth:`corgnn.Graph.gcn_adjacency` from these edges and options, in any format)
     in ``A``'s entry order, differentiable w.r.t. ``edge_weight``.
@@ -167,9 +170,12 @@ def gcn_values(A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Ten
     edge's weight is added into the entry of ``A`` at (target, source), which sums
     duplicate edges as the coalesced ``A`` does. For :func:`gcn_conv`'s ``values``:
     the layer's gradient w.r.t. them chains through here to ``edge_weight``.
+    ``loops``: the Graph's self-loop handling (:attr:`corgnn.Graph.loops`).
     """
     n = A.shape[0]
-    ei, ew = gcn_edge_weights(edge_index, edge_weight, n, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=A.val.dtype)
+    ei, ew = gcn_edge_weights(
+        edge_index, edge_weight, n, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=A.val.dtype, loops=loops,
+    )
     coo = A.to_coo()
     # NOTE: A is coalesced (one entry per (row, col)): sorting its keys once lets a
     # binary search find every edge's entry, in any format's entry order.

@@ -9,15 +9,16 @@ from torch import nn
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import zeros
 
-from .._validate import check_features, check_finite
+from .._validate import check_features, check_finite, check_float_dtype
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn, static_scheme_name
 from ..cost.io import choose_format
 from ..functional.gcn import GCNFunction, gcn_values
 from ..graph import Graph, GraphCache, compiled_gcn_adjacency, tensor_state
+from ..interop import from_torch_sparse
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.registry import check_format_name
 
-__all__ = ["GCNConv", "GCN", "dropout"]
+__all__ = ["GCNConv", "GCN", "dropout", "UnsupportedOption", "check_message_passing_kwargs"]
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -97,15 +98,59 @@ class _SparseView:
         self.dtype = dtype
 
 
+def _num_rows(x) -> int | None:
+    """Rows of features ``x`` (a 2-D tensor or a corgnn sparse matrix), else None."""
+    if isinstance(x, SparseFormat):
+        return x.shape[0]
+    return x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None
+
+
 def _check_compiled_x(x, in_channels: int, dtype) -> None:
     """The checks of ``x`` that need no tensor data (shapes and dtypes are static or
     guarded under ``torch.compile``)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"under torch.compile, x must be a dense torch.Tensor, got {type(x).__name__}")
+    if not isinstance(x, torch.Tensor) or x.layout != torch.strided:
+        what = str(x.layout) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"under torch.compile, x must be a dense torch.Tensor, got {what}; call x.to_dense() or run eagerly")
     if x.dim() != 2 or x.size(1) != in_channels:
         raise ValueError(f"x must have shape (num_nodes, {in_channels}), got {tuple(x.shape)}")
+    check_float_dtype("x", x.dtype)
     if x.dtype != dtype:
         raise TypeError(f"x is {x.dtype} but the layer's parameters are {dtype}; call .to({x.dtype}) on the module")
+
+
+class UnsupportedOption(NotImplementedError, ValueError):
+    """A PyG constructor option that corgnn's layer accepts in its signature (to keep
+    PyG's positional order) but does not implement; both a ``NotImplementedError``
+    and a ``ValueError``."""
+
+
+_MESSAGE_PASSING_NO_OPS = {
+    "aggr": ("add", "sum"),
+    "flow": ("source_to_target",),
+    "node_dim": (-2, 0),  # the node axis of 2-D features either way
+    "aggr_kwargs": (None, {}),
+}
+"""PyG ``MessagePassing`` options and the values that mean what corgnn computes;
+``decomposed_layers`` (a memory/speed knob of PyG, same results) takes any int >= 1."""
+
+
+def check_message_passing_kwargs(layer: str, kwargs: dict, fixed: tuple[str, ...] = ()) -> None:
+    """Accept the ``**kwargs`` PyG's layer passes to ``MessagePassing`` where their
+    values change nothing corgnn computes; raise :class:`UnsupportedOption` naming
+    any other value and ``TypeError`` for a name PyG's layer would not take either
+    (``fixed``: those PyG's layer sets itself, e.g. GATConv's ``node_dim``)."""
+    for name, value in kwargs.items():
+        if name in fixed:
+            raise TypeError(f"{layer}.__init__() got multiple values for keyword argument {name!r} (fixed by the layer, as in PyG)")
+        if name == "decomposed_layers":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{layer}: decomposed_layers must be an int >= 1, got {value!r}")
+        elif name in _MESSAGE_PASSING_NO_OPS:
+            if not any(type(value) is type(ok) and value == ok for ok in _MESSAGE_PASSING_NO_OPS[name]):
+                ok = " or ".join(repr(v) for v in _MESSAGE_PASSING_NO_OPS[name])
+                raise UnsupportedOption(f"{layer}: {name}={value!r} is not supported by corgnn (only {ok}); use torch_geometric.nn.{layer}")
+        else:
+            raise TypeError(f"{layer}.__init__() got an unexpected keyword argument {name!r}")
 
 
 class _LayerInputs:
@@ -126,15 +171,35 @@ class _LayerInputs:
         constant (no grad) and at most :data:`SPARSE_FEATURE_DENSITY` non-zero."""
         return self._features(x, x.size(0) if num_nodes is None else num_nodes, self.in_channels)
 
+    def sparse_features_allowed(self) -> bool:
+        """Whether this layer can take sparse-only input features."""
+        return True
+
+    def _torch_sparse_features(self, x: torch.Tensor):
+        """A ``torch.sparse`` feature matrix as the layer uses it: the corgnn CSR of its
+        entries (the sparse-feature path), or ``x.to_dense()`` when ``x`` needs a
+        gradient (the sparse path passes none to ``x``) or the layer cannot take
+        sparse-only features (a forced GCN scheme other than transform-first+fused)."""
+        if x.requires_grad or not self.sparse_features_allowed():
+            return x.to_dense()
+        try:
+            return from_torch_sparse(x)
+        except ValueError as e:
+            raise ValueError(f"sparse x: {e}") from None
+
     def _inputs(self, x, edge_index, edge_weight=None):
         """``(graph, dense x or None, sparse x or None, dtype)``, validated before any work.
 
-        ``x`` is a dense ``(n, in_channels)`` float tensor or a corgnn sparse matrix.
+        ``x`` is a dense ``(n, in_channels)`` float tensor, a corgnn sparse matrix or a
+        ``torch.sparse`` matrix (:meth:`_torch_sparse_features`).
         """
+        if isinstance(x, torch.Tensor) and x.layout != torch.strided:
+            x = self._torch_sparse_features(x)
         if isinstance(x, SparseFormat):
             graph = self._graphs(edge_index, edge_weight, x.shape[0])
             if x.shape != (graph.num_nodes, self.in_channels) or x.val is None or x.val.dim() != 1:
                 raise ValueError(f"sparse x must be ({graph.num_nodes}, {self.in_channels}) with values, got {x!r}")
+            check_float_dtype("x", x.val.dtype)
             check_finite("x", x.val)
             xs, dense, dtype, device = x, None, x.val.dtype, x.device
         else:
@@ -159,28 +224,40 @@ class GCNConv(_LayerInputs, nn.Module):
     and whether ``x`` needs a gradient: transform-first or propagate-first forward,
     fused- or split-propagate backward, caching ``A'X`` when that saves an SpMM.
 
-    Args:
+    Args (PyG's, in PyG's positional order with PyG's defaults):
         in_channels: m, input features per node.
         out_channels: k, output features per node.
+        improved: self-loop weight 2 instead of 1 (default False).
+        cached: accepted for PyG compatibility (default False); the adjacency is
+            always cached per graph, keyed as :class:`corgnn.graph.GraphCache` says
+            (a new tensor or an in-place op rebuilds it; writes through
+            ``edge_index.data[...]`` or NumPy are not seen).
+        add_self_loops: add the remaining self-loops before normalising; ``None``
+            (default) = ``normalize``, as in PyG. ``True`` with ``normalize=False``
+            (which PyG refuses) adds unnormalised loops.
+        normalize: apply the symmetric normalisation (default True); without it
+            ``A`` is the raw (weighted) adjacency.
         bias: learn an additive bias (default True).
+        **kwargs: PyG's ``MessagePassing`` options, accepted where they are what
+            corgnn computes anyway (``aggr="add"/"sum"``, ``flow="source_to_target"``,
+            ``node_dim``, ``decomposed_layers``); any other value raises
+            :class:`UnsupportedOption` naming it (see
+            :func:`check_message_passing_kwargs`).
+
+    Keyword-only (corgnn's own):
         scheme: ``"auto"`` (default) or a scheme name to force, e.g.
             ``"transform-first+fused"``, ``"propagate-first+split+cache"`` (see
             :data:`corgnn.cost.GCN_SCHEMES`).
         format: sparse format of ``A'``: ``"csr"`` (default), ``"auto"`` (chosen by
             :func:`corgnn.cost.choose_format` from the I/O model) or
             ``"coo" | "csc" | "ell" | "hybrid"``.
-        improved: self-loop weight 2 instead of 1 (PyG's ``improved``).
-        add_self_loops: add ``I`` before normalising (PyG's default True).
-        normalize: apply the symmetric normalisation (PyG's default True).
-        cached: kept for PyG signature compatibility; the adjacency is always
-            cached per graph, keyed as :class:`corgnn.graph.GraphCache` says (a
-            new tensor or an in-place op rebuilds it; writes through
-            ``edge_index.data[...]`` or NumPy are not seen).
 
     Shapes:
-        - input: ``x (n, in_channels)`` float32/float64, ``edge_index (2, q)`` int64 or
+        - input: ``x (n, in_channels)`` float32/float64/bfloat16/float16 (half
+          precision accumulates in float32 inside the kernels), a corgnn sparse
+          matrix or a ``torch.sparse`` COO/CSR tensor; ``edge_index (2, q)`` int64 or
           a :class:`corgnn.Graph`, optional ``edge_weight (q,)``
-        - output: ``(n, out_channels)``
+        - output: ``(n, out_channels)``, ``x``'s dtype
 
     Raises (from ``forward``, before any work):
         TypeError / ValueError naming the argument: bad ``edge_index`` (float dtype,
@@ -193,24 +270,29 @@ class GCNConv(_LayerInputs, nn.Module):
         self,
         in_channels: int,
         out_channels: int,
+        improved: bool = False,
+        cached: bool = False,
+        add_self_loops: bool | None = None,
+        normalize: bool = True,
         bias: bool = True,
         *,
         scheme: str = "auto",
         format: str = "csr",
-        improved: bool = False,
-        add_self_loops: bool = True,
-        normalize: bool = True,
-        cached: bool = True,
+        **kwargs,
     ):
         super().__init__()
+        check_message_passing_kwargs(type(self).__name__, kwargs)
         if in_channels <= 0 or out_channels <= 0:
             raise ValueError(f"in_channels and out_channels must be positive, got {in_channels}, {out_channels}")
         if scheme != "auto":
             parse_scheme(scheme)
         check_format_name(format, allow_auto=True)
+        if add_self_loops is None:  # PyG: self-loops by default exactly when normalising
+            add_self_loops = normalize
         self.in_channels, self.out_channels = in_channels, out_channels
         self.scheme, self.format = scheme, format
-        self.improved, self.add_self_loops, self.normalize = improved, add_self_loops, normalize
+        self.improved, self.add_self_loops, self.normalize = bool(improved), bool(add_self_loops), bool(normalize)
+        self.cached = bool(cached)
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self._graphs = GraphCache()
@@ -251,6 +333,11 @@ class GCNConv(_LayerInputs, nn.Module):
         """Args: ``x (n, in_channels)`` dense float tensor, or a corgnn sparse matrix
         (e.g. :class:`corgnn.sparse.CSR`) of input features (no gradient flows to it);
         ``edge_index (2, q)`` or a :class:`corgnn.Graph`; optional ``edge_weight (q,)``.
+        ``edge_index`` may also be a sparse adjacency in PyG's ``adj_t`` convention
+        (row = target): a ``torch.sparse`` COO/CSR tensor or a
+        ``torch_sparse.SparseTensor``, its values the edge weights (``edge_weight``
+        must then be None) and its self-loops handled as PyG's ``gcn_norm`` does for
+        that form (:data:`corgnn.graph.LOOP_MODES`).
 
         Gradients as PyG's: also to ``edge_weight`` (or the Graph's weights) when it
         requires one, through the normalisation (eager mode), and second derivatives
@@ -271,7 +358,9 @@ class GCNConv(_LayerInputs, nn.Module):
         ew = graph.edge_weight
         if ew is None or not ew.requires_grad or not torch.is_grad_enabled():
             return None
-        return gcn_values(A, graph.edge_index, ew, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize)
+        return gcn_values(
+            A, graph.edge_index, ew, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize, loops=graph.loops,
+        )
 
     def _forward_compiled(self, x, edge_index, edge_weight):
         """The forward as ``torch.compile`` traces it (see "torch.compile" in the
@@ -320,10 +409,14 @@ class GCN(nn.Module):
     def forward(self, x: torch.Tensor, edge_index, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         xs = None
         if not torch.compiler.is_compiling():  # (compiled: each layer takes A' from the graph op)
+            if isinstance(x, torch.Tensor) and x.layout != torch.strided:  # torch.sparse features
+                x = self.conv1._torch_sparse_features(x)
             # one Graph (and one A') shared by both layers
-            edge_index = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
+            edge_index = self._graphs(edge_index, edge_weight, _num_rows(x))
             edge_weight = None
-            if self.conv1.sparse_features_allowed() and isinstance(x, torch.Tensor):
+            if isinstance(x, SparseFormat):
+                xs = x
+            elif self.conv1.sparse_features_allowed() and isinstance(x, torch.Tensor):
                 xs = self.conv1.sparse_features(x, edge_index.num_nodes)
         if xs is not None:
             # NOTE: dropout of a zero is a zero, so dropping the sparse values is the
