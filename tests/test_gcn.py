@@ -211,7 +211,7 @@ def test_optimize_bare_layer_and_unsupported():
     new = corgnn.optimize(ref)
     assert isinstance(new, GCNConv)
     torch.testing.assert_close(new.lin.weight, ref.lin.weight)
-    odd = PygGCNConv(4, 3, flow="target_to_source")
+    odd = PygGCNConv(4, 3, aggr="max")
     with pytest.warns(UserWarning, match="unchanged"):
         same = corgnn.optimize(odd)
     assert same is odd

@@ -208,14 +208,6 @@ def test_gcn_conv_with_sparse_input_feature(impl):
     assert_close(out, ref(x.to_dense(), edge_index), **TOL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "static graph / batched features: PyG's GCNConv takes x of shape (batch, n, in_channels) = (3, 4, 16) "
-        "with one edge_index and returns (3, 4, 32) (node_dim=-2); corgnn's GCNConv raises "
-        "ValueError('x must be 2-D (num_nodes, channels), got shape (3, 4, 16)')"
-    ),
-)
 @pytest.mark.parametrize("impl", IMPLS)
 def test_static_gcn_conv(impl):
     torch.manual_seed(1)
@@ -225,6 +217,14 @@ def test_static_gcn_conv(impl):
     out = conv(x, edge_index)
     assert out.size() == (3, 4, 32)
     assert_close(out, ref(x, edge_index), **TOL)
+    # (not in PyG's test) gradients, and a per-element check, with edge weights
+    ew = torch.rand(edge_index.size(1))
+    a, c = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out_ref, out = ref(a, edge_index, ew), conv(c, edge_index, ew)
+    assert_close(out, out_ref, **TOL)
+    check_same_grads(ref, conv, out_ref, out, [a], [c])
+    with torch.no_grad():
+        assert_close(conv(x, edge_index)[1], conv(x[1], edge_index), **TOL)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -238,30 +238,16 @@ def test_gcn_conv_norm(impl):
     ref.flow = "target_to_source"
     expected = ref(x, edge_index.flip(0))
     assert_close(expected, out1, **TOL)  # PyG's own claim
-    # corgnn does not implement target_to_source: it must refuse it at construction
-    # (and optimize must leave such a PyG layer as it is) rather than compute something else.
-    if impl == "corgnn":
-        with pytest.raises(NotImplementedError, match="flow"):
-            cnn.GCNConv(16, 32, flow="target_to_source")
-    else:
-        torch.manual_seed(0)
-        tts = pnn.GCNConv(16, 32, flow="target_to_source")
-        with pytest.warns(UserWarning, match="flow"):
-            kept = corgnn.optimize(tts)
-        assert kept is tts
+    # corgnn honours target_to_source given at construction (and optimize converts such a PyG layer).
+    ref2, conv2 = make_pair("gcn", impl, 16, 32, flow="target_to_source")
+    assert conv2.flow == "target_to_source"
+    assert_close(conv2(x, edge_index.flip(0)), expected, **TOL)
+    assert_close(conv2(x, edge_index.flip(0)), ref2(x, edge_index.flip(0)), **TOL)
+    # a sparse adjacency cannot carry that flow (PyG refuses it too): a clear error
+    with pytest.raises(ValueError, match="flow"):
+        conv2(x, to_torch_coo_tensor(edge_index))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "PyG's test_gcn_conv_norm sets conv.flow = 'target_to_source' on a built layer: PyG then gives "
-        "conv(x, edge_index.flip(0)) == the source_to_target output on edge_index; corgnn's GCNConv ignores "
-        "the assigned attribute (no error, no warning) and still aggregates source_to_target on the flipped "
-        "edges, a different output (all 128 entries differ, max abs diff ~2). Constructing corgnn's layer "
-        "with flow='target_to_source' is refused (UnsupportedOption) and optimize leaves such a PyG layer "
-        "unconverted, both as documented."
-    ),
-)
 @pytest.mark.parametrize("impl", IMPLS)
 def test_gcn_conv_norm_flow_set_after_init(impl):
     # PyG's test switches ``conv.flow`` on a built layer; corgnn must then either
@@ -271,23 +257,12 @@ def test_gcn_conv_norm_flow_set_after_init(impl):
     ref, conv = make_pair("gcn", impl, 16, 32)
     out1 = ref(x, edge_index)
     conv.flow = "target_to_source"
-    try:
-        out2 = conv(x, edge_index.flip(0))
-    except (NotImplementedError, ValueError):
-        return  # refusing is fine
+    out2 = conv(x, edge_index.flip(0))
     assert_close(out2, out1, **TOL)
-
-
-COO_GRAD_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "torch.sparse COO adjacency whose values require grad: PyG's gcn_norm keeps requires_grad on the "
-        "normalized values (PyG's test asserts it), and the gradient exists (the same edges as edge_index + "
-        "edge_weight, or as a CSR adjacency, give a non-zero d out/d values); corgnn's GCNConv uses the COO "
-        "values as constants and silently leaves values.grad = None (no error, no warning). (PyG's own layer "
-        "then fails in backward with 'derivative for aten::_coalesced_ is not implemented'.)"
-    ),
-)
+    ref.flow = "target_to_source"
+    assert_close(out2, ref(x, edge_index.flip(0)), **TOL)
+    conv.flow = "source_to_target"
+    assert_close(conv(x, edge_index), out1, **TOL)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -295,7 +270,7 @@ COO_GRAD_XFAIL = pytest.mark.xfail(
     "requires_grad,layout",
     [
         (False, torch.sparse_coo),
-        pytest.param(True, torch.sparse_coo, marks=COO_GRAD_XFAIL),
+        (True, torch.sparse_coo),
         (False, torch.sparse_csr),
         (True, torch.sparse_csr),
     ],
@@ -316,14 +291,29 @@ def test_gcn_norm_gradient(impl, requires_grad, layout):
     expected = ref(x, edge_index.flip(0), ew_ref)
     out = conv(x, adj)
     assert_close(out, expected, **TOL)
-    with torch.no_grad():
-        assert_close(out, ref(x, adj), **TOL)
+    with torch.no_grad():  # (a copy: PyG's layer marks a COO adj coalesced in place, bumping its version)
+        assert_close(out, ref(x, adj.detach().clone()), **TOL)
     if requires_grad:
         g = torch.randn_like(out)
         expected.backward(g)
         out.backward(g)
         assert ew.grad is not None, "no gradient reached the sparse adjacency's values"
         assert_close(ew.grad, ew_ref.grad, **TOL)
+        if layout == torch.sparse_coo:
+            # (PyG's layer fails in backward here: 'derivative for aten::_coalesced_ is not
+            # implemented'.) Under no_grad, then with grad on the same adjacency: still a gradient.
+            ew.grad = None
+            adj2 = to_torch_coo_tensor(edge_index, ew)
+            with torch.no_grad():
+                conv(x, adj2)
+            conv(x, adj2).backward(g)
+            assert_close(ew.grad, ew_ref.grad, **TOL)
+            # an uncoalesced COO tensor cannot give its values' gradient in stored order: a clear error
+            ew3 = torch.ones(edge_index.size(1), requires_grad=True)
+            raw = torch.sparse_coo_tensor(edge_index.flip(0), ew3, (x.size(0), x.size(0)))
+            assert not raw.is_coalesced()
+            with pytest.raises(ValueError, match="coalesce"):
+                conv(x, raw)
         if layout == torch.sparse_csr:  # PyG's layer itself differentiates CSR values
             ew2 = torch.ones(edge_index.size(1), requires_grad=True)
             ref(x, to_torch_coo_tensor(edge_index, ew2).to_sparse_csr()).backward(g)
@@ -489,15 +479,6 @@ def test_gat_conv_bipartite(impl, residual):
     check_same_grads(ref, conv, ref((a, b), edge_index), conv((c, d), edge_index), [a, b], [c, d])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bipartite GATConv with x = (x_src, None) and a torch.sparse adj_t of shape (n_dst, n_src) = (2, 4), "
-        "no size: PyG takes the target count from the adjacency and returns a (2, 64) output equal to "
-        "conv((x1, None), edge_index, size=(4, 2)); corgnn assumes n_dst = n_src = 4 and raises "
-        "ValueError('the sparse adjacency (adj_t) must be (n_dst, n_src) = (4, 4), got (2, 4)')"
-    ),
-)
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("residual", [False, True])
 def test_gat_conv_bipartite_no_x_dst_sparse_adj(impl, residual):
@@ -507,6 +488,10 @@ def test_gat_conv_bipartite_no_x_dst_sparse_adj(impl, residual):
     expected = ref((x1, None), edge_index, size=(4, 2))
     assert_close(ref((x1, None), adj1.t()), expected, **TOL)  # PyG's own claim
     assert_close(conv((x1, None), adj1.t()), expected, **TOL)
+    res = conv((x1, None), adj1.t(), return_attention_weights=True)
+    exp = ref((x1, None), adj1.t(), return_attention_weights=True)
+    assert_close(res[0], expected, **TOL)
+    _sparse_equal(res[1][0], exp[1][0])
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -64,7 +64,11 @@ def sparse_adjacency_entries(adj) -> tuple[str, torch.Tensor, torch.Tensor, torc
     shape = (int(adj.size(0)), int(adj.size(1)))
     if adj.layout == torch.sparse_coo:
         row, col = adj._indices()
-        return "torch", row.long(), col.long(), adj._values(), shape
+        value = adj._values()  # (stored order; not differentiable)
+        if adj.requires_grad and torch.is_grad_enabled() and adj.is_coalesced():
+            value = adj.values()  # the same entries, differentiable w.r.t. the adjacency
+        # (uncoalesced: no gradient in stored order; Graph.from_sparse flags it, GCNConv refuses)
+        return "torch", row.long(), col.long(), value, shape
     if adj.layout == torch.sparse_csr:
         crow = adj.crow_indices().long()
         row = torch.repeat_interleave(torch.arange(shape[0], device=crow.device), crow[1:] - crow[:-1])
@@ -195,6 +199,11 @@ class Graph:
         if value is not None and not value.is_floating_point():
             value = value.to(torch.get_default_dtype())
         g = cls(torch.stack([col, row]), value, shape[0])
+        # the adjacency's values need a gradient that ``value`` cannot carry (an
+        # uncoalesced COO tensor): a layer using the values must refuse it
+        g.value_grad_lost = (
+            bool(getattr(adj, "requires_grad", False)) and torch.is_grad_enabled() and (value is None or not value.requires_grad)
+        )
         g.loops = "add" if kind == "torch" else "set"
         g.sparse_input = (kind, getattr(adj, "layout", None))
         return g
@@ -424,7 +433,8 @@ class GraphCache:
             # keyed on the sparse matrix object and the state of its arrays
             adj = edge_index_or_graph
             _no_weight_with_sparse(edge_weight)
-            key = ("sparse", _sparse_state(adj), num_nodes)
+            # (a COO tensor's values are differentiable only when grad is on: part of the key)
+            key = ("sparse", _sparse_state(adj), num_nodes, bool(getattr(adj, "requires_grad", False)) and torch.is_grad_enabled())
             old = self._key
             if old is not None and old[0] is adj and old[1:] == key:
                 return self._graph

@@ -24,12 +24,12 @@ forward and backward hooks a user registered on the layer itself)."""
 _TORCH_MODULE_ATTRS = frozenset(vars(nn.Module()))
 
 
-def _message_passing_unsupported(layer) -> list[str]:
-    """Options of PyG's ``MessagePassing`` base that no corgnn layer honours: another
-    ``flow`` or aggregation, hooks on its ``propagate``/``message``/... steps (corgnn
-    has no such steps to run them on)."""
+def _message_passing_unsupported(layer, flows: tuple[str, ...] = ("source_to_target",)) -> list[str]:
+    """Options of PyG's ``MessagePassing`` base that the corgnn layer does not honour:
+    a ``flow`` not in ``flows`` or another aggregation, hooks on its
+    ``propagate``/``message``/... steps (corgnn has no such steps to run them on)."""
     unsupported = []
-    if getattr(layer, "flow", "source_to_target") != "source_to_target":
+    if getattr(layer, "flow", "source_to_target") not in flows:
         unsupported.append(f"flow={layer.flow!r}")
     if getattr(layer, "aggr", "add") not in ("add", "sum"):
         unsupported.append(f"aggr={layer.aggr!r}")
@@ -118,7 +118,7 @@ def _gcn_params(layer) -> dict:
 def _gcn_unsupported(layer) -> list[str]:
     """Options of a PyG ``GCNConv`` corgnn's GCNConv does not support: those of
     :func:`_message_passing_unsupported`, a ``lin.bias``."""
-    unsupported = _message_passing_unsupported(layer) + _not_parameters(_gcn_params(layer))
+    unsupported = _message_passing_unsupported(layer, ("source_to_target", "target_to_source")) + _not_parameters(_gcn_params(layer))
     if getattr(layer.lin, "bias", None) is not None:
         unsupported.append("lin.bias")
     return unsupported
@@ -131,7 +131,7 @@ def _build_gcn(layer) -> nn.Module:
     weight = layer.lin.weight  # (out, in); PyG keeps in_channels=-1 for a lazy layer
     return _adopt(lambda: GCNConv(
         weight.size(1), weight.size(0), bias=layer.bias is not None, improved=layer.improved,
-        add_self_loops=layer.add_self_loops, normalize=layer.normalize,
+        add_self_loops=layer.add_self_loops, normalize=layer.normalize, flow=layer.flow,
     ), layer, _gcn_params(layer))
 
 
@@ -230,7 +230,7 @@ def optimize(module: nn.Module) -> nn.Module:
 
     Not carried: state-dict hooks on the layer, hooks on its submodules (``lin``),
     other attributes set on the layer object. A layer using an option corgnn does not
-    support (e.g. ``flow="target_to_source"``, hooks on PyG's ``propagate`` steps) is
+    support (e.g. GATConv's ``flow="target_to_source"``, hooks on PyG's ``propagate`` steps) is
     left untouched with a warning, never silently changed.
 
     Lazy layers (``in_channels=-1``) whose parameters are not materialised yet are

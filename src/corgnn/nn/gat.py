@@ -16,7 +16,7 @@ from ..graph import (
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .gcn import _check_compiled_x, _FeatureCache, _LayerInputs, _num_rows, check_message_passing_kwargs, dropout
+from .gcn import UnsupportedOption, _check_compiled_x, _FeatureCache, _LayerInputs, _num_rows, check_message_passing_kwargs, dropout
 
 __all__ = ["GATConv", "GAT"]
 
@@ -220,6 +220,9 @@ class GATConv(_LayerInputs, nn.Module):
         run :func:`~corgnn.functional.gat.gat_attention` (corgnn's differentiable
         sparse ops, ``last_plan``/``last_cache`` None).
         """
+        flow = getattr(self, "flow", "source_to_target")
+        if flow != "source_to_target":  # (set on the built layer: never silently ignored)
+            raise UnsupportedOption(f"GATConv: flow={flow!r} is not supported by corgnn (only 'source_to_target'); use torch_geometric.nn.GATConv")
         want_alpha = bool(return_attention_weights)  # PyG: any truthy value
         use_edge = edge_attr is not None and self.lin_edge is not None  # PyG ignores edge_attr without edge_dim
         if torch.compiler.is_compiling():
@@ -342,15 +345,20 @@ class GATConv(_LayerInputs, nn.Module):
                 bad = size[1] is not None and size[1] != x_dst.size(0)
             if bad:
                 raise ValueError(f"size {tuple(size)} does not match x_src ({n_src} rows) and x_dst")
+            sparse_adj = is_sparse_adjacency(edge_index)
             if x_dst is not None:
                 n_dst = x_dst.size(0)
+            elif size is not None and size[1] is not None:
+                n_dst = size[1]
+            elif sparse_adj:  # PyG: the target count is the adjacency's rows (adj_t (n_dst, n_src))
+                n_dst = int(edge_index.size(0))
             else:
-                n_dst = size[1] if size is not None and size[1] is not None else n_src
+                n_dst = n_src
             if self.add_self_loops:  # PyG: loops for the nodes both sides have
                 if size is not None:
                     num_loops = min(n_src if size[0] is None else size[0], n_dst if size[1] is None else size[1])
                 else:
-                    num_loops = n_src if x_dst is None else min(n_src, n_dst)
+                    num_loops = n_src if x_dst is None and not sparse_adj else min(n_src, n_dst)
             else:
                 num_loops = None
             raw, sparse_input, loops = self._bipartite_edges(edge_index, n_src, n_dst, x_src.device)

@@ -13,7 +13,7 @@ from .._validate import check_features, check_finite, check_float_dtype
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn, static_scheme_name
 from ..cost.io import choose_format
 from ..functional.gcn import GCNFunction, gcn_values
-from ..graph import Graph, GraphCache, compiled_gcn_adjacency, tensor_state
+from ..graph import Graph, GraphCache, compiled_gcn_adjacency, is_sparse_adjacency, tensor_state
 from ..interop import from_torch_sparse
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.registry import check_format_name
@@ -126,7 +126,7 @@ class UnsupportedOption(NotImplementedError, ValueError):
 
 _MESSAGE_PASSING_NO_OPS = {
     "aggr": ("add", "sum"),
-    "flow": ("source_to_target",),
+    "flow": ("source_to_target",),  # (GCNConv takes "target_to_source" too: check_flow)
     "node_dim": (-2, 0),  # the node axis of 2-D features either way
     "aggr_kwargs": (None, {}),
 }
@@ -151,6 +151,46 @@ def check_message_passing_kwargs(layer: str, kwargs: dict, fixed: tuple[str, ...
                 raise UnsupportedOption(f"{layer}: {name}={value!r} is not supported by corgnn (only {ok}); use torch_geometric.nn.{layer}")
         else:
             raise TypeError(f"{layer}.__init__() got an unexpected keyword argument {name!r}")
+
+
+_FLOWS = ("source_to_target", "target_to_source")
+
+
+def check_flow(layer: str, flow) -> None:
+    """``flow`` must be one of PyG's two directions (as PyG's ``MessagePassing`` asserts)."""
+    if not isinstance(flow, str) or flow not in _FLOWS:
+        raise ValueError(f"{layer}: flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+
+
+def _check_value_grad(graph: Graph) -> None:
+    """Refuse (before any work) a sparse adjacency whose values require a gradient
+    that cannot reach them: never drop it silently."""
+    if getattr(graph, "value_grad_lost", False):
+        raise ValueError(
+            "the torch.sparse COO adjacency's values require grad but the tensor is not coalesced: the gradient "
+            "cannot reach its values in stored order; call .coalesce() on it (differentiable), or pass "
+            "edge_index and edge_weight"
+        )
+
+
+class _FlipCache:
+    """``edge_index.flip(0)`` for ``flow="target_to_source"``, kept per tensor version
+    (like :class:`corgnn.graph.GraphCache`) so the Graph built from it is reused."""
+
+    def __init__(self):
+        self._key = None
+        self._flipped = None
+
+    def __reduce__(self):
+        return (type(self), ())
+
+    def __call__(self, edge_index: torch.Tensor) -> torch.Tensor:
+        key = tensor_state(edge_index)
+        if self._key is not None and self._key[0]() is edge_index and self._key[1] == key:
+            return self._flipped
+        self._flipped = edge_index.flip(0)
+        self._key = (weakref.ref(edge_index), key)
+        return self._flipped
 
 
 class _LayerInputs:
@@ -239,8 +279,10 @@ class GCNConv(_LayerInputs, nn.Module):
             ``A`` is the raw (weighted) adjacency.
         bias: learn an additive bias (default True).
         **kwargs: PyG's ``MessagePassing`` options, accepted where they are what
-            corgnn computes anyway (``aggr="add"/"sum"``, ``flow="source_to_target"``,
-            ``node_dim``, ``decomposed_layers``); any other value raises
+            corgnn computes anyway (``aggr="add"/"sum"``, ``node_dim``,
+            ``decomposed_layers``), and ``flow`` (``"target_to_source"`` flips
+            ``edge_index``, as PyG, also when set on a built layer; with a Graph or a
+            sparse adjacency it raises :class:`UnsupportedOption`); any other value raises
             :class:`UnsupportedOption` naming it (see
             :func:`check_message_passing_kwargs`).
 
@@ -253,7 +295,8 @@ class GCNConv(_LayerInputs, nn.Module):
             ``"coo" | "csc" | "ell" | "hybrid"``.
 
     Shapes:
-        - input: ``x (n, in_channels)`` float32/float64/bfloat16/float16 (half
+        - input: ``x (n, in_channels)`` (or PyG's static-graph batch
+          ``(*batch, n, in_channels)`` -> ``(*batch, n, out_channels)``) float32/float64/bfloat16/float16 (half
           precision accumulates in float32 inside the kernels), a corgnn sparse
           matrix or a ``torch.sparse`` COO/CSR tensor; ``edge_index (2, q)`` int64 or
           a :class:`corgnn.Graph`, optional ``edge_weight (q,)``
@@ -281,7 +324,9 @@ class GCNConv(_LayerInputs, nn.Module):
         **kwargs,
     ):
         super().__init__()
+        flow = kwargs.pop("flow", "source_to_target")
         check_message_passing_kwargs(type(self).__name__, kwargs)
+        check_flow(type(self).__name__, flow)
         if in_channels <= 0 or out_channels <= 0:
             raise ValueError(f"in_channels and out_channels must be positive, got {in_channels}, {out_channels}")
         if scheme != "auto":
@@ -293,6 +338,8 @@ class GCNConv(_LayerInputs, nn.Module):
         self.scheme, self.format = scheme, format
         self.improved, self.add_self_loops, self.normalize = bool(improved), bool(add_self_loops), bool(normalize)
         self.cached = bool(cached)
+        self.flow = flow
+        self._flipped = _FlipCache()
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self._graphs = GraphCache()
@@ -342,14 +389,71 @@ class GCNConv(_LayerInputs, nn.Module):
         Gradients as PyG's: also to ``edge_weight`` (or the Graph's weights) when it
         requires one, through the normalisation (eager mode), and second derivatives
         (``create_graph=True``) in every scheme."""
+        edge_index = self._flow_edges(edge_index)
         if torch.compiler.is_compiling():
             return self._forward_compiled(x, edge_index, edge_weight)
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.dim() > 2:
+            return self._forward_batched(x, edge_index, edge_weight)
         graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
+        _check_value_grad(graph)
         weight = self.lin.weight
         A = self.adjacency(graph, dtype)
         plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
         return GCNFunction.apply(dense, weight, self.bias, A, plan.scheme, xs, self._edge_values(graph, A))
+
+    def _flow_edges(self, edge_index):
+        """``edge_index`` as ``source_to_target`` sees it: flipped (``edge_index.flip(0)``,
+        cached per tensor version) for ``flow="target_to_source"``, which PyG honours
+        also when set on a built layer; a Graph or sparse adjacency cannot be flipped
+        here and is refused (PyG refuses a sparse adjacency with that flow too)."""
+        flow = getattr(self, "flow", "source_to_target")
+        if flow == "source_to_target":
+            return edge_index
+        check_flow(type(self).__name__, flow)
+        if not isinstance(edge_index, torch.Tensor) or edge_index.layout != torch.strided or is_sparse_adjacency(edge_index):
+            what = type(edge_index).__name__ if not isinstance(edge_index, torch.Tensor) else f"sparse {edge_index.layout} adjacency"
+            raise UnsupportedOption(
+                f"{type(self).__name__}: flow='target_to_source' needs edge_index as a (2, q) tensor, got a {what}; "
+                "pass the transposed graph with flow='source_to_target' instead"
+            )
+        if torch.compiler.is_compiling():
+            return edge_index.flip(0)
+        return self._flipped(edge_index)
+
+    def _forward_batched(self, x: torch.Tensor, edge_index, edge_weight) -> torch.Tensor:
+        """PyG's static-graph form: ``x (*batch, n, in_channels)`` with one graph
+        (``node_dim=-2``) -> ``(*batch, n, out_channels)``. The batch is folded into the
+        channels for one propagation: ``[X_1..X_B] (n, B*m)`` times the block-diagonal
+        ``diag(Θ, .., Θ)``, so every scheme, and every gradient, is the 2-D layer's."""
+        batch, n, m = x.shape[:-2], x.size(-2), self.in_channels
+        if x.size(-1) != m:
+            raise ValueError(f"x must have shape (*batch, num_nodes, {m}), got {tuple(x.shape)}")
+        B = 1
+        for b in batch:
+            B *= int(b)
+        k = self.out_channels
+        if B == 0:
+            return x.new_zeros(*batch, n, k) + (0 if self.bias is None else self.bias)
+        x2 = x.reshape(B, n, m).permute(1, 0, 2).reshape(n, B * m)
+        graph = self._graphs(edge_index, edge_weight, n)
+        _check_value_grad(graph)
+        self._features(x2, graph.num_nodes, B * m)
+        if x.device != graph.device:
+            raise ValueError(f"x is on {x.device} but edge_index is on {graph.device}")
+        if self.lin.weight.dtype != x.dtype:
+            raise TypeError(f"x is {x.dtype} but the layer's parameters are {self.lin.weight.dtype}; call .to({x.dtype}) on the module")
+        weight = torch.block_diag(*([self.lin.weight] * B))  # (B*k, B*m)
+        bias = None if self.bias is None else self.bias.repeat(B)
+        A = self.adjacency(graph, x.dtype)
+        training = self._backward_will_run(x.requires_grad)
+        plan = plan_gcn(
+            graph.num_nodes, A.nnz, B * m, B * k, input_grad=training and x.requires_grad,
+            training=training, scheme=self.scheme, candidates=GCN_SCHEMES,
+        )
+        self.last_plan = plan
+        out = GCNFunction.apply(x2, weight, bias, A, plan.scheme, None, self._edge_values(graph, A))
+        return out.reshape(n, B, k).permute(1, 0, 2).reshape(*batch, n, k)
 
     def _edge_values(self, graph: Graph, A: SparseFormat) -> torch.Tensor | None:
         """``A``'s values as a differentiable function of ``graph.edge_weight`` when
