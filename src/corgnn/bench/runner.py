@@ -56,8 +56,11 @@ class Runner:
         if getattr(args, "threads", None):
             import numba
 
-            torch.set_num_threads(args.threads)
+            # NOTE: Numba first: launching its OpenMP threading layer (on the first
+            # set_num_threads or parallel kernel) resets the OpenMP thread count that
+            # torch shares, so a torch setting made before it would be lost.
             numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+            torch.set_num_threads(args.threads)
         self.device = torch.device(args.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda requested but torch.cuda.is_available() is False")
