@@ -81,6 +81,22 @@ def test_env_var_forces_backend_process_wide():
     assert out.stdout.strip() == "torch"
 
 
+def test_numba_kernels_keep_the_users_torch_thread_count():
+    """Numba's OpenMP layer, launched by the first kernel, used to reset torch's thread
+    count (``torch.set_num_threads(1)`` became all cores); Numba now follows torch."""
+    code = (
+        "import torch, numba; torch.set_num_threads(1)\n"
+        "from corgnn.graph import Graph; from corgnn.sparse import spmm, use_backend\n"
+        "A = Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3).gcn_adjacency()\n"
+        "with use_backend('numba'):\n"
+        "    spmm(A, torch.ones(3, 4))\n"
+        "print(torch.get_num_threads(), numba.get_num_threads())"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"], out.stdout + out.stderr
+
+
 def test_half_precision_runs_on_torch_backend_in_float32():
     row, col, val, shape = make_coo("odd", F64)
     A = build("csr", row, col, val, shape)
