@@ -14,6 +14,19 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+FORCED_TRITON_INTERPRETER = (
+    os.environ.get("CORGNN_BACKEND", "") == "triton"
+    and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    and not torch.cuda.is_available()
+)
+"""The run CI makes second (``CORGNN_BACKEND=triton TRITON_INTERPRET=1`` on CPU): every
+kernel of every layer test runs in Triton's interpreter, one program at a time."""
+
+FAST_GRADCHECK = FORCED_TRITON_INTERPRETER
+"""``fast_mode`` for the layer tests' gradcheck/gradgradcheck: random projections of the
+Jacobian instead of every entry when each kernel call is interpreted (full Jacobians
+took minutes per test there); exact entry-by-entry checks everywhere else."""
+
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 TRITON = pytest.param("triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="the triton package is not installed"))
 KERNEL_BACKENDS = ["numba", "torch", TRITON]
@@ -39,3 +52,23 @@ def cora():
     from corgnn.datasets import load_planetoid
 
     return load_planetoid("Cora")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "large_graph: runs on a Cora-sized graph (tests taking the `cora` fixture are marked "
+        "automatically); skipped when the Triton interpreter is forced on CPU",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under the forced Triton interpreter, skip Cora-sized tests: at ~5 ms per kernel
+    program one Cora layer call takes minutes. The same layer code runs there on the
+    tiny graphs of :func:`make_graph`, and on Cora in the normal run."""
+    if not FORCED_TRITON_INTERPRETER:
+        return
+    skip = pytest.mark.skip(reason="Cora-sized graph: too slow for the Triton interpreter (CORGNN_BACKEND=triton TRITON_INTERPRET=1); covered on tiny graphs in this run and on Cora in the normal run")
+    for item in items:
+        if "cora" in getattr(item, "fixturenames", ()) or item.get_closest_marker("large_graph"):
+            item.add_marker(skip)

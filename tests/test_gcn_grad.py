@@ -13,7 +13,7 @@ from corgnn.functional import gcn_conv
 from corgnn.functional.gcn import gcn_values
 from corgnn.nn import GCNConv
 from corgnn.sparse import FORMAT_NAMES
-from conftest import make_graph
+from conftest import FAST_GRADCHECK, make_graph
 
 SCHEMES = ["auto"] + [s.name for s in GCN_SCHEMES]
 # (PyG forbids self-loops without normalisation; corgnn would add them by default)
@@ -183,8 +183,8 @@ def test_edge_weight_gradcheck_and_gradgradcheck(scheme):
     x = torch.randn(n, 3, dtype=F64, requires_grad=True)
     ew = (torch.rand(ei.size(1), dtype=F64) + 0.5).requires_grad_()
     f = lambda x, ew: layer(x, ei, ew * 1)  # noqa: E731  (a fresh tensor per call: no stale Graph cache)
-    assert torch.autograd.gradcheck(f, (x, ew))
-    assert torch.autograd.gradgradcheck(f, (x, ew))
+    assert torch.autograd.gradcheck(f, (x, ew), fast_mode=FAST_GRADCHECK)
+    assert torch.autograd.gradgradcheck(f, (x, ew), fast_mode=FAST_GRADCHECK)
 
 
 # ------------------------------------------------------------- second derivatives
@@ -203,9 +203,9 @@ def functional_case(scheme, fmt):
 def test_gradgradcheck_functional(scheme, fmt):
     """GCNFunction's backward is differentiable w.r.t. x, weight, bias and G (constant A')."""
     A, s, x, w, b = functional_case(scheme, fmt)
-    assert torch.autograd.gradgradcheck(lambda x, w, b: gcn_conv(x, w, b, A, s), (x, w, b))
-    assert torch.autograd.gradgradcheck(lambda w, b: gcn_conv(x.detach(), w, b, A, s), (w, b))
-    assert torch.autograd.gradgradcheck(lambda x: gcn_conv(x, w.detach(), b.detach(), A, s), (x,))
+    assert torch.autograd.gradgradcheck(lambda x, w, b: gcn_conv(x, w, b, A, s), (x, w, b), fast_mode=FAST_GRADCHECK)
+    assert torch.autograd.gradgradcheck(lambda w, b: gcn_conv(x.detach(), w, b, A, s), (w, b), fast_mode=FAST_GRADCHECK)
+    assert torch.autograd.gradgradcheck(lambda x: gcn_conv(x, w.detach(), b.detach(), A, s), (x,), fast_mode=FAST_GRADCHECK)
 
 
 @pytest.mark.parametrize("fmt", ["csr", "csc", "hybrid"])
@@ -215,9 +215,9 @@ def test_gradcheck_and_gradgradcheck_functional_values(scheme, fmt):
     A, s, x, w, b = functional_case(scheme, fmt)
     val = leaf(A.val)
     f = lambda x, w, b, val: gcn_conv(x, w, b, A, s, None, val)  # noqa: E731
-    assert torch.autograd.gradcheck(f, (x, w, b, val))
-    assert torch.autograd.gradgradcheck(f, (x, w, b, val))
-    assert torch.autograd.gradgradcheck(lambda val: gcn_conv(x.detach(), w.detach(), None, A, s, None, val), (val,))
+    assert torch.autograd.gradcheck(f, (x, w, b, val), fast_mode=FAST_GRADCHECK)
+    assert torch.autograd.gradgradcheck(f, (x, w, b, val), fast_mode=FAST_GRADCHECK)
+    assert torch.autograd.gradgradcheck(lambda val: gcn_conv(x.detach(), w.detach(), None, A, s, None, val), (val,), fast_mode=FAST_GRADCHECK)
 
 
 def penalty_grads(l1, l2, x, ei, ew, wrt):
