@@ -129,7 +129,7 @@ def train(cfg: TrainConfig) -> TrainResult:
     masks = [m.to(device) for m in (data.train_mask, data.val_mask, data.test_mask)]
 
     best = (-1.0, 0, (0.0, 0.0, 0.0))
-    times = []
+    times, losses = [], []
     it = range(1, cfg.epochs + 1)
     bar = None
     if cfg.progress:
@@ -146,6 +146,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
+        losses.append(float(loss))
         model.eval()
         with torch.no_grad():
             logits = model(x, graph)
@@ -165,6 +166,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         epoch_ms=statistics.median(times[1:] if len(times) > 1 else times),
         schemes=schemes,
         config=asdict(cfg),
+        extra={"losses": losses},
     )
 
 
