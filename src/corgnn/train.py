@@ -146,7 +146,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
-        losses.append(float(loss))
+        losses.append(loss.item())
         model.eval()
         with torch.no_grad():
             logits = model(x, graph)
@@ -187,17 +187,34 @@ def add_arguments(p) -> None:
     p.add_argument("--no-normalize-features", action="store_true", help="do not row-normalise the input features")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--json", default=None, metavar="FILE", help="write the summary as JSON")
+    g = p.add_argument_group("scaling out (README: Scaling out)")
+    g.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="partitioned full-graph training in N spawned local processes (gloo; NCCL with --device cuda)")
+    g.add_argument("--torchrun", action="store_true", help="join the process group torchrun set up (RANK, WORLD_SIZE, MASTER_ADDR, ...)")
+    g.add_argument("--partition", default="auto", choices=("auto", "metis", "range"), help="node split: METIS (auto, if pymetis is installed) or id ranges")
 
 
 def run(args) -> int:
     opts = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)}
     cfg = TrainConfig(**opts, normalize_features=not args.no_normalize_features, progress=not args.no_progress)
-    res = train(cfg)
+    if getattr(args, "nproc", None) is not None or getattr(args, "torchrun", False):
+        from .distributed.train import run_cli
+
+        res = run_cli(cfg, args.nproc, args.torchrun, args.partition)
+        if res is None:  # a torchrun rank other than 0
+            return 0
+    else:
+        res = train(cfg)
     print(
         f"{res.model.upper()} on {res.dataset}: train {res.train_acc:.4f}  val {res.val_acc:.4f}  "
         f"test {res.test_acc:.4f} (best val at epoch {res.best_epoch})\n"
         f"median epoch: {res.epoch_ms:.2f} ms   schemes: {', '.join(map(str, res.schemes))}"
     )
+    if "world_size" in res.extra:
+        e = res.extra
+        print(f"ranks: {e['world_size']}   edge cut: {e['edge_cut']}   halo rows: {e['halo_rows']}   "
+              f"halo bytes per epoch: {e['comm_bytes_per_epoch']} (+{e['comm_bytes_setup']} once)   "
+              f"final loss: {e['losses'][-1]:.4f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(asdict(res), f, indent=2)

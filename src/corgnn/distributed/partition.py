@@ -34,7 +34,7 @@ def _metis(edge_index: torch.Tensor, num_nodes: int, nparts: int) -> torch.Tenso
     xadj = torch.zeros(num_nodes + 1, dtype=torch.long)
     xadj[1:] = torch.cumsum(torch.bincount(row, minlength=num_nodes), 0)
     opts = pymetis.Options(seed=0)  # deterministic: every rank computes the same split
-    _, membership = pymetis.part_graph(nparts, xadj=xadj.tolist(), adjncy=col.tolist(), options=opts)
+    _, membership = pymetis.part_graph(nparts, pymetis.CSRAdjacency(xadj.tolist(), col.tolist()), options=opts)
     return torch.tensor(membership, dtype=torch.long)
 
 

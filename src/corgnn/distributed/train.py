@@ -34,7 +34,7 @@ from .halo import HaloPlan
 from .model import DistributedGCN
 from .partition import build_partitions, edge_cut, partition_nodes
 
-__all__ = ["train_rank", "train_distributed", "init_from_env", "TIMEOUT_S"]
+__all__ = ["train_rank", "train_distributed", "init_from_env", "run_cli", "TIMEOUT_S"]
 
 TIMEOUT_S = 300
 """Seconds a collective may wait before the process group gives up (a lost rank
@@ -73,7 +73,8 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
     ``TrainResult.extra`` holds ``world_size``, ``losses`` (training loss of each
     epoch), ``comm_bytes_per_epoch`` (halo bytes sent per training step, forward and
     backward, all ranks; median over epochs), ``comm_bytes_setup`` (the cached
-    first-layer halo), ``edge_cut`` (directed edges between ranks) and ``partition``.
+    first-layer halo, when propagate-first), ``edge_cut`` (directed edges between
+    ranks), ``halo_rows`` (all ranks) and ``partition``.
 
     Raises:
         ValueError: an unsupported configuration (model, format, scheme).
@@ -112,8 +113,9 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
     del x, data  # this rank keeps its rows only
 
     dmodel = DistributedGCN(model, part, halo, cfg.seed, scheme=cfg.scheme)
-    with torch.no_grad():
-        dmodel._input_full(x_own)  # the constant first-layer halo, exchanged once
+    if dmodel.plans[0].scheme.forward == "propagate-first":
+        with torch.no_grad():
+            dmodel._input_full(x_own)  # the constant first-layer halo, exchanged once
     setup_bytes = halo.reset()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -160,6 +162,7 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
         "comm_bytes_per_epoch": int(statistics.median(comm)),
         "comm_bytes_setup": int(_sum([float(setup_bytes)], device)[0]),
         "edge_cut": cut,
+        "halo_rows": part.totals["n_halo"],
         "partition": partition,
     }
     return TrainResult(
@@ -205,3 +208,22 @@ def train_distributed(cfg: TrainConfig, nproc: int, partition: str = "auto") -> 
         mp.spawn(_worker, args=(nproc, _free_port(), cfg, partition, out_path), nprocs=nproc, join=True)
         with open(out_path) as f:
             return TrainResult(**json.load(f))
+
+
+def run_cli(cfg: TrainConfig, nproc: "int | None", torchrun: bool, partition: str = "auto") -> "TrainResult | None":
+    """``corgnn train --nproc N`` (spawn) or ``--torchrun`` (join torchrun's group;
+    returns the summary on rank 0 only, None elsewhere).
+
+    Raises:
+        ValueError: both or neither of ``nproc`` and ``torchrun``; ``nproc`` < 1.
+    """
+    if torchrun == (nproc is not None):
+        raise ValueError("give either --nproc N or --torchrun")
+    if not torchrun:
+        return train_distributed(cfg, nproc, partition)
+    init_from_env(cfg.device)
+    try:
+        res = train_rank(cfg if dist.get_rank() == 0 else TrainConfig(**{**asdict(cfg), "progress": False}), partition)
+        return res if dist.get_rank() == 0 else None
+    finally:
+        dist.destroy_process_group()
