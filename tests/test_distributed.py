@@ -76,83 +76,115 @@ def test_partitioned_plan_counts_halo_bytes():
         plan_partitioned_gcn(10, 20, 4, 4, True, world_size=0, halo_rows=0)
 
 
-def _grad_worker(rank, world, port):
-    """Every scheme: the rows and the all-reduced gradients of the partitioned GCN
-    equal the single-process layer's (float64)."""
+def _exactness_checks(rank, world):
+    """Every GCN scheme and GAT: the rows and the all-reduced gradients of the
+    partitioned model equal the single-process model's (float64, tiny graph)."""
+    import torch.distributed as dist
+
+    from corgnn.distributed import DistributedGAT, DistributedGCN, HaloPlan
+
+    ei, n = _random_graph(n=50, q=250, seed=1)
+    graph = corgnn.Graph(ei, num_nodes=n)
+    parts = partition_nodes(ei, n, world, "range")
+    x = torch.randn(n, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    y = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(3))
+    cases = [("gcn", s.name) for s in PARTITIONED_SCHEMES] + [("gat", None)]
+    for kind, scheme in cases:
+        torch.manual_seed(0)
+        ref = (corgnn.nn.GCN(7, 6, 3, scheme=scheme) if kind == "gcn" else corgnn.nn.GAT(7, 4, 3, heads=2)).double()
+        out_ref = ref(x, graph)
+        ref_grads = torch.autograd.grad(torch.nn.functional.cross_entropy(out_ref, y, reduction="sum"), list(ref.parameters()))
+        torch.manual_seed(0)
+        model = (corgnn.nn.GCN(7, 6, 3) if kind == "gcn" else corgnn.nn.GAT(7, 4, 3, heads=2)).double()
+        A = graph.gcn_adjacency(dtype=torch.float64) if kind == "gcn" else graph.gat_adjacency()
+        part = build_partitions(A, parts, [rank])[0]
+        if kind == "gcn":
+            dmodel = DistributedGCN(model, part, HaloPlan(part), scheme=scheme)
+            assert dmodel.schemes() == [scheme] * 2
+        else:
+            dmodel = DistributedGAT(model, part, HaloPlan(part))
+        out = dmodel(x[part.owned])
+        torch.testing.assert_close(out, out_ref.detach()[part.owned])
+        grads = torch.autograd.grad(torch.nn.functional.cross_entropy(out, y[part.owned], reduction="sum"), list(model.parameters()))
+        for g, r in zip(grads, ref_grads):
+            dist.all_reduce(g)
+            torch.testing.assert_close(g, r)
+
+
+def _worker(rank, world, port, out_dir):
+    """One process group per world size: the exactness checks, then Cora training
+    (dropout 0, 5 epochs) of GCN and GAT through :func:`train_rank`."""
+    import json
     import os
+    from dataclasses import asdict
 
     import torch.distributed as dist
 
-    from corgnn.distributed import DistributedGCN, HaloPlan
+    from corgnn.distributed import train_rank
+    from corgnn.train import TrainConfig
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        ei, n = _random_graph(n=50, q=250, seed=1)
-        graph = corgnn.Graph(ei, num_nodes=n)
-        A = graph.gcn_adjacency(dtype=torch.float64)
-        part = build_partitions(A, partition_nodes(ei, n, world, "range"), [rank])[0]
-        x = torch.randn(n, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-        y = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(3))
-        for scheme in PARTITIONED_SCHEMES:
-            torch.manual_seed(0)
-            ref = corgnn.nn.GCN(7, 6, 3, scheme=scheme.name).double()
-            loss = torch.nn.functional.cross_entropy(ref(x, graph), y, reduction="sum")
-            ref_grads = torch.autograd.grad(loss, list(ref.parameters()))
-            torch.manual_seed(0)
-            model = corgnn.nn.GCN(7, 6, 3).double()
-            dmodel = DistributedGCN(model, part, HaloPlan(part), scheme=scheme.name)
-            out = dmodel(x[part.owned])
-            with torch.no_grad():
-                torch.testing.assert_close(out, ref(x, graph)[part.owned])
-            loss = torch.nn.functional.cross_entropy(out, y[part.owned], reduction="sum")
-            grads = torch.autograd.grad(loss, list(model.parameters()))
-            for g, r in zip(grads, ref_grads):
-                dist.all_reduce(g)
-                torch.testing.assert_close(g, r)
-            assert dmodel.schemes() == [scheme.name] * 2
+        _exactness_checks(rank, world)
+        for model in ("gcn", "gat"):
+            res = train_rank(TrainConfig(dataset="Cora", model=model, dropout=0.0, epochs=5, progress=False))
+            if rank == 0:
+                with open(os.path.join(out_dir, f"{model}-{world}.json"), "w") as f:
+                    json.dump(asdict(res), f)
     finally:
         dist.destroy_process_group()
 
 
-def test_partitioned_gcn_rows_and_gradients_equal_single_process():
-    torch.multiprocessing.spawn(_grad_worker, args=(3, _free_port()), nprocs=3, join=True)
-
-
 @pytest.fixture(scope="module")
-def cora_runs():
-    from corgnn.distributed import train_distributed
+def cora_runs(tmp_path_factory):
+    """Single-process ``train`` (GCN, GAT), ``corgnn train --nproc 1`` (GCN) and 2
+    and 3 spawned ranks (GCN, GAT), dropout 0, 5 epochs, same seed."""
+    import json
+
+    from corgnn.cli import main
     from corgnn.train import TrainConfig, train
 
-    cfg = TrainConfig(dataset="Cora", dropout=0.0, epochs=5, progress=False)
     try:
-        single = train(cfg)
+        single = {m: train(TrainConfig(dataset="Cora", model=m, dropout=0.0, epochs=5, progress=False)) for m in ("gcn", "gat")}
     except FileNotFoundError as e:
         pytest.skip(f"Cora not found: {e}")
-    return single, {n: train_distributed(cfg, n) for n in (1, 2, 3)}
+    out = tmp_path_factory.mktemp("dist")
+    runs = {}
+    assert main(["train", "--nproc", "1", "--epochs", "5", "--dropout", "0", "--no-progress", "--json", str(out / "cli.json")]) == 0
+    runs[("gcn", 1)] = json.loads((out / "cli.json").read_text())
+    for world in (2, 3):
+        torch.multiprocessing.spawn(_worker, args=(world, _free_port(), str(out)), nprocs=world, join=True)
+        for m in ("gcn", "gat"):
+            runs[(m, world)] = json.loads((out / f"{m}-{world}.json").read_text())
+    return {m: r.extra for m, r in single.items()}, {k: (r["schemes"], r["extra"]) for k, r in runs.items()}
 
 
-def test_losses_equal_single_process_for_2_and_3_ranks(cora_runs):
-    """The invariant: dropout 0, same seed: per-epoch losses of 1, 2 and 3 ranks are
-    those of single-process full-graph training (float32 rounding)."""
+def test_losses_equal_single_process_for_1_2_and_3_ranks(cora_runs):
+    """The invariant: dropout 0, same seed: per-epoch losses with 1, 2 and 3 ranks
+    are those of single-process full-graph training (float32 rounding), GCN and GAT
+    (the rows and gradients are checked exactly in float64 in the workers)."""
     single, runs = cora_runs
-    ref = torch.tensor(single.extra["losses"])
-    assert ref.numel() == 5 and ref[-1] < ref[0]
-    for n, res in runs.items():
-        assert res.extra["world_size"] == n
-        torch.testing.assert_close(torch.tensor(res.extra["losses"]), ref, rtol=1e-5, atol=1e-6)
-        assert res.schemes == single.schemes
+    assert set(runs) == {("gcn", 1), ("gcn", 2), ("gcn", 3), ("gat", 2), ("gat", 3)}
+    for (model, world), (_, e) in runs.items():
+        ref = torch.tensor(single[model]["losses"])
+        assert ref.numel() == 5 and ref[-1] < ref[0]
+        assert e["world_size"] == world
+        torch.testing.assert_close(torch.tensor(e["losses"]), ref, rtol=1e-5, atol=1e-6)
 
 
 def test_halo_bytes_and_edge_cut_reported(cora_runs):
     _, runs = cora_runs
-    assert runs[1].extra["comm_bytes_per_epoch"] == 0 and runs[1].extra["edge_cut"] == 0
-    for n in (2, 3):
-        e = runs[n].extra
+    assert runs[("gcn", 1)][1]["comm_bytes_per_epoch"] == 0 and runs[("gcn", 1)][1]["edge_cut"] == 0
+    for world in (2, 3):
+        schemes, e = runs[("gcn", world)]
         assert e["edge_cut"] > 0 and e["halo_rows"] > 0
         # Cora, hidden 16: transform-first in both layers, so halo rows of XΘ with
         # k = 16 and 7 columns, forward and backward, float32; no input halo
-        assert all(s.startswith("transform-first") for s in runs[n].schemes)
+        assert all(s.startswith("transform-first") for s in schemes)
         assert e["comm_bytes_per_epoch"] == e["halo_rows"] * (16 + 7) * 2 * 4 and e["comm_bytes_setup"] == 0
-    assert runs[3].extra["edge_cut"] >= runs[2].extra["edge_cut"]
+        # GAT: halo rows of XΘ with 8 heads x 8 and 1 x 7 columns, forward and backward
+        _, g = runs[("gat", world)]
+        assert g["comm_bytes_per_epoch"] == g["halo_rows"] * (64 + 7) * 2 * 4
+    assert runs[("gcn", 3)][1]["edge_cut"] >= runs[("gcn", 2)][1]["edge_cut"]

@@ -76,12 +76,13 @@ class PartitionedGCNPlan:
             f"network {self.network.bandwidth / 1e9:.3g} GB/s per rank):",
         ]
         w = max(len(c.scheme.name) for c in self.compute.costs)
-        lines.append(f"  {'scheme'.ljust(w)}  halo MB fwd;bwd  comm ms  total est. ms")
+        lines.append(f"  {'scheme'.ljust(w)}  {'halo MB fwd;bwd'.ljust(19)}  {'comm ms'.ljust(9)}  total est. ms")
         for c in self.compute.costs:
             f, b = self.comm[c.scheme.name]
             vb = self.network.value_bytes
             comm_ms = (f + b) * vb / self.world_size / self.network.bandwidth * 1e3
-            lines.append(f"  {c.scheme.name.ljust(w)}  {f * vb / 1e6:.4g};{b * vb / 1e6:.4g}  {comm_ms:.4g}  {self.total_s[c.scheme.name] * 1e3:.4g}")
+            mb = f"{f * vb / 1e6:.4g};{b * vb / 1e6:.4g}"
+            lines.append(f"  {c.scheme.name.ljust(w)}  {mb.ljust(19)}  {f'{comm_ms:.4g}'.ljust(9)}  {self.total_s[c.scheme.name] * 1e3:.4g}")
         lines.append(f"  -> {self.scheme.name}: {self.reason}")
         return "\n".join(lines)
 

@@ -14,12 +14,13 @@ import torch
 from torch import nn
 
 from ..cost.comm import NetworkModel, plan_partitioned_gcn
+from ..functional.gat import gat_attention
 from ..functional.gcn import gcn_conv
 from ..sparse.ops import spmm
 from .halo import HaloPlan, halo_exchange
 from .partition import RankPartition
 
-__all__ = ["GlobalDropout", "DistributedGCN"]
+__all__ = ["GlobalDropout", "DistributedGCN", "DistributedGAT"]
 
 
 class GlobalDropout:
@@ -39,7 +40,34 @@ class GlobalDropout:
         return h * keep * (1.0 / (1.0 - self.p))
 
 
-class DistributedGCN(nn.Module):
+class _Partitioned(nn.Module):
+    """A replicated 2-layer model run on one rank's rows: ``forward(x_own) ->
+    (n_own, out)``; subclasses give each layer (:meth:`_layer`) and the activation."""
+
+    activation = staticmethod(torch.relu)
+
+    def __init__(self, model: nn.Module, part: RankPartition, halo: HaloPlan, seed: int = 0):
+        super().__init__()
+        self.model, self.part, self.halo = model, part, halo
+        self.A = part.A
+        self.columns = part.columns
+        self.drop = GlobalDropout(model.dropout, part.totals["n"], seed)
+
+    def _own_dropout(self, h_own: torch.Tensor) -> torch.Tensor:
+        return self.drop(h_own, self.columns[: self.part.n_own], self.training)
+
+    def forward(self, x_own: torch.Tensor) -> torch.Tensor:
+        """``x_own (n_own, in_channels)`` (this rank's rows) -> ``(n_own, out_channels)``.
+
+        Raises:
+            ValueError: ``x_own`` does not have this rank's ``n_own`` rows.
+        """
+        if x_own.dim() != 2 or x_own.size(0) != self.part.n_own:
+            raise ValueError(f"x_own must have shape ({self.part.n_own}, in_channels), got {tuple(x_own.shape)}")
+        return self._layer(1, self.activation(self._layer(0, x_own)))
+
+
+class DistributedGCN(_Partitioned):
     """:class:`corgnn.nn.GCN` on this rank's rows: ``forward(x_own) -> (n_own, out)``.
 
     Each layer's scheme comes from :func:`corgnn.cost.comm.plan_partitioned_gcn`
@@ -60,11 +88,7 @@ class DistributedGCN(nn.Module):
     """
 
     def __init__(self, model: nn.Module, part: RankPartition, halo: HaloPlan, seed: int = 0, *, scheme: str = "auto", network: NetworkModel = NetworkModel()):
-        super().__init__()
-        self.model, self.part, self.halo = model, part, halo
-        self.A = part.A
-        self.columns = part.columns
-        self.drop = GlobalDropout(model.dropout, part.totals["n"], seed)
+        super().__init__(model, part, halo, seed)
         t = part.totals
         convs = (model.conv1, model.conv2)
         self.plans = [
@@ -87,24 +111,52 @@ class DistributedGCN(nn.Module):
 
     def _layer(self, i: int, h_own: torch.Tensor) -> torch.Tensor:
         conv, plan = (self.model.conv1, self.model.conv2)[i], self.plans[i]
-        weight, bias, n_own = conv.lin.weight, conv.bias, self.part.n_own
+        weight, bias = conv.lin.weight, conv.bias
         constant = i == 0 and not h_own.requires_grad
         if plan.scheme.forward == "transform-first":
-            h_own = self.drop(h_own, self.columns[:n_own], self.training)
+            h_own = self._own_dropout(h_own)
             out = spmm(self.A, halo_exchange(torch.mm(h_own, weight.t()), self.halo))
             return out + bias if bias is not None else out
         if constant:
             full = self.drop(self._input_full(h_own), self.columns, self.training)
         else:
-            full = halo_exchange(self.drop(h_own, self.columns[:n_own], self.training), self.halo)
+            full = halo_exchange(self._own_dropout(h_own), self.halo)
         return gcn_conv(full, weight, bias, self.A, plan.scheme)
 
-    def forward(self, x_own: torch.Tensor) -> torch.Tensor:
-        """``x_own (n_own, in_channels)`` (this rank's rows) -> ``(n_own, out_channels)``.
 
-        Raises:
-            ValueError: ``x_own`` does not have this rank's ``n_own`` rows.
-        """
-        if x_own.dim() != 2 or x_own.size(0) != self.part.n_own:
-            raise ValueError(f"x_own must have shape ({self.part.n_own}, in_channels), got {tuple(x_own.shape)}")
-        return self._layer(1, torch.relu(self._layer(0, x_own)))
+class DistributedGAT(_Partitioned):
+    """:class:`corgnn.nn.GAT` on this rank's rows: ``forward(x_own) -> (n_own, out)``.
+
+    Per layer: ``M_own = X_own Θ`` ``(n_own, h, k)``; the halo rows of ``M``
+    (``h*k`` columns) are exchanged, from which each rank computes the halo's source
+    attention terms ``<M_j, a_src>`` itself (``h`` fewer columns on the wire than
+    sending them); the target terms are its own rows'. The attention over the local
+    pattern (rows = owned targets, columns ``[owned | halo]`` sources) and its
+    backward run through :func:`corgnn.functional.gat.gat_attention` (autograd over
+    corgnn's ``edge_softmax`` / ``spmm``), not the fused caching schemes of
+    :class:`~corgnn.functional.gat.GATFunction`. Attention dropout is drawn per
+    local edge (each edge lives on its target's rank): the same distribution as
+    single-process training, not the same draw.
+
+    Args:
+        model: the replicated :class:`corgnn.nn.GAT` (its parameters are used).
+        part: this rank's :class:`~.partition.RankPartition` of the GAT pattern
+            (:meth:`corgnn.Graph.gat_adjacency`).
+        halo, seed: as :class:`DistributedGCN`.
+    """
+
+    activation = staticmethod(nn.functional.elu)
+
+    def schemes(self) -> list[str]:
+        return ["halo of XΘ (h*k columns)"] * 2
+
+    def _layer(self, i: int, h_own: torch.Tensor) -> torch.Tensor:
+        conv = (self.model.conv1, self.model.conv2)[i]
+        M = torch.mm(self._own_dropout(h_own), conv.lin.weight.t())
+        full = halo_exchange(M, self.halo).unflatten(1, (conv.heads, -1))
+        out3, _ = gat_attention(
+            full, M.unflatten(1, (conv.heads, -1)), conv.att_src, conv.att_dst, self.A,
+            negative_slope=conv.negative_slope, dropout=conv.dropout, training=self.training,
+        )
+        out = out3.flatten(1) if conv.concat else out3.mean(1)
+        return out + conv.bias if conv.bias is not None else out

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from ..datasets import load_planetoid
 from ..train import TrainConfig, TrainResult, build_model, progress_bar
 from .halo import HaloPlan
-from .model import DistributedGCN
+from .model import DistributedGAT, DistributedGCN
 from .partition import build_partitions, edge_cut, partition_nodes
 
 __all__ = ["train_rank", "train_distributed", "init_from_env", "run_cli", "TIMEOUT_S"]
@@ -80,8 +80,8 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
         ValueError: an unsupported configuration (model, format, scheme).
     """
     cfg = cfg.resolved()
-    if cfg.model != "gcn":
-        raise ValueError(f"distributed training supports model 'gcn', got {cfg.model!r}")
+    if cfg.model == "gat" and cfg.scheme != "auto":
+        raise ValueError(f"distributed GAT runs one scheme (autograd attention over the halo of XΘ); got scheme={cfg.scheme!r}")
     if cfg.format != "csr":
         raise ValueError(f"distributed training runs the CSR format, got format={cfg.format!r}")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -102,7 +102,8 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
     parts = parts.cpu()
     from ..graph import Graph
 
-    A = Graph(data.edge_index, num_nodes=data.num_nodes).gcn_adjacency(dtype=x.dtype)
+    graph = Graph(data.edge_index, num_nodes=data.num_nodes)
+    A = graph.gcn_adjacency(dtype=x.dtype) if cfg.model == "gcn" else graph.gat_adjacency()
     part = build_partitions(A, parts, [rank])[0].to(device)
     halo = HaloPlan(part)
     cut = edge_cut(data.edge_index, parts)
@@ -112,8 +113,11 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
     n_train = int(data.train_mask.sum())
     del x, data  # this rank keeps its rows only
 
-    dmodel = DistributedGCN(model, part, halo, cfg.seed, scheme=cfg.scheme)
-    if dmodel.plans[0].scheme.forward == "propagate-first":
+    if cfg.model == "gcn":
+        dmodel = DistributedGCN(model, part, halo, cfg.seed, scheme=cfg.scheme)
+    else:
+        dmodel = DistributedGAT(model, part, halo, cfg.seed)
+    if getattr(dmodel, "plans", None) and dmodel.plans[0].scheme.forward == "propagate-first":
         with torch.no_grad():
             dmodel._input_full(x_own)  # the constant first-layer halo, exchanged once
     setup_bytes = halo.reset()
@@ -125,7 +129,7 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
     it = range(1, cfg.epochs + 1)
     bar = None
     if cfg.progress and rank == 0:
-        it = bar = progress_bar(it, desc=f"GCN {cfg.dataset} x{world}", unit="epoch")
+        it = bar = progress_bar(it, desc=f"{cfg.model.upper()} {cfg.dataset} x{world}", unit="epoch")
     for epoch in it:
         t0 = time.perf_counter()
         dmodel.train()
