@@ -85,16 +85,20 @@ class DistributedGCN(_Partitioned):
         seed: dropout seed (identical on every rank).
         scheme: ``"auto"`` or a scheme of :data:`corgnn.cost.comm.PARTITIONED_SCHEMES`.
         network: bandwidth of the cost model's communication term.
+        cache_input: keep the first layer's input halo across calls (False: exchange
+            it on every propagate-first call; for measuring what the cache saves).
     """
 
-    def __init__(self, model: nn.Module, part: RankPartition, halo: HaloPlan, seed: int = 0, *, scheme: str = "auto", network: NetworkModel = NetworkModel()):
+    def __init__(self, model: nn.Module, part: RankPartition, halo: HaloPlan, seed: int = 0, *, scheme: str = "auto",
+                 network: NetworkModel = NetworkModel(), cache_input: bool = True):
         super().__init__(model, part, halo, seed)
+        self.cache_input = cache_input
         t = part.totals
         convs = (model.conv1, model.conv2)
         self.plans = [
             plan_partitioned_gcn(
                 t["n"], t["nnz"], c.in_channels, c.out_channels, input_grad=i > 0, world_size=part.world_size,
-                halo_rows=t["n_halo"], input_cached=i == 0, scheme=scheme, network=network,
+                halo_rows=t["n_halo"], input_cached=i == 0 and cache_input, scheme=scheme, network=network,
             )
             for i, c in enumerate(convs)
         ]
@@ -112,7 +116,7 @@ class DistributedGCN(_Partitioned):
     def _layer(self, i: int, h_own: torch.Tensor) -> torch.Tensor:
         conv, plan = (self.model.conv1, self.model.conv2)[i], self.plans[i]
         weight, bias = conv.lin.weight, conv.bias
-        constant = i == 0 and not h_own.requires_grad
+        constant = i == 0 and self.cache_input and not h_own.requires_grad
         if plan.scheme.forward == "transform-first":
             h_own = self._own_dropout(h_own)
             out = spmm(self.A, halo_exchange(torch.mm(h_own, weight.t()), self.halo))

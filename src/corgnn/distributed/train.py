@@ -34,7 +34,7 @@ from .halo import HaloPlan
 from .model import DistributedGAT, DistributedGCN
 from .partition import build_partitions, edge_cut, partition_nodes
 
-__all__ = ["train_rank", "train_distributed", "init_from_env", "run_cli", "TIMEOUT_S"]
+__all__ = ["train_step", "train_rank", "train_distributed", "init_from_env", "run_cli", "TIMEOUT_S"]
 
 TIMEOUT_S = 300
 """Seconds a collective may wait before the process group gives up (a lost rank
@@ -64,6 +64,28 @@ def _sum(values: list[float], device) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return t.tolist()
+
+
+def train_step(dmodel, opt: torch.optim.Optimizer, x_own: torch.Tensor, y_own: torch.Tensor, mask: torch.Tensor, n_train: int) -> torch.Tensor:
+    """One partitioned training step: forward on this rank's rows, cross-entropy over
+    its training nodes summed and divided by the global count ``n_train``, backward
+    (with the halo exchanges), one ``all_reduce`` of the flattened gradients,
+    ``opt.step()``. Returns this rank's share of the loss (the ranks' shares sum to
+    the full-graph loss)."""
+    dmodel.train()
+    opt.zero_grad()
+    out = dmodel(x_own)
+    loss = torch.nn.functional.cross_entropy(out[mask], y_own[mask], reduction="sum") / n_train
+    loss.backward()
+    params = [p for p in dmodel.model.parameters() if p.requires_grad]
+    for p in params:  # (the same layout on every rank, even where no gradient reached)
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.flatten() for p in params])
+    dist.all_reduce(flat)  # replicated parameters: the global gradient on every rank
+    torch.nn.utils.vector_to_parameters(flat, [p.grad for p in params])
+    opt.step()
+    return loss.detach()
 
 
 def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
@@ -122,7 +144,6 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
             dmodel._input_full(x_own)  # the constant first-layer halo, exchanged once
     setup_bytes = halo.reset()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    params = [p for p in model.parameters() if p.requires_grad]
 
     losses, times, comm = [], [], []
     best = (-1.0, 0, (0.0, 0.0, 0.0))
@@ -132,15 +153,7 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
         it = bar = progress_bar(it, desc=f"{cfg.model.upper()} {cfg.dataset} x{world}", unit="epoch")
     for epoch in it:
         t0 = time.perf_counter()
-        dmodel.train()
-        opt.zero_grad()
-        out = dmodel(x_own)
-        loss = torch.nn.functional.cross_entropy(out[masks[0]], y_own[masks[0]], reduction="sum") / n_train
-        loss.backward()
-        flat = torch.cat([p.grad.flatten() for p in params])
-        dist.all_reduce(flat)  # replicated parameters: the global gradient on every rank
-        torch.nn.utils.vector_to_parameters(flat, [p.grad for p in params])
-        opt.step()
+        loss = train_step(dmodel, opt, x_own, y_own, masks[0], n_train)
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
