@@ -46,6 +46,7 @@ class TrainConfig:
     device: str = "cpu"
     normalize_features: bool = True
     progress: bool = True
+    batch_size: int | None = None  # mini-batches of METIS clusters of about this many nodes (None: full graph)
 
     def resolved(self) -> "TrainConfig":
         if self.model not in MODEL_DEFAULTS:
@@ -55,6 +56,8 @@ class TrainConfig:
         for k, v in d.items():
             if getattr(out, k) is None:
                 setattr(out, k, v)
+        if out.batch_size is not None and out.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {out.batch_size}")
         if out.epochs <= 0 or out.hidden <= 0:
             raise ValueError(f"epochs and hidden must be positive, got {out.epochs}, {out.hidden}")
         return out
@@ -110,6 +113,25 @@ def progress_bar(iterable, *, desc: str, unit: str, file=None):
     return tqdm(iterable, desc=desc, unit=unit, file=file, mininterval=0.1 if tty else NON_TTY_PROGRESS_INTERVAL)
 
 
+def _minibatch_epoch(model, opt, batches, x, y, train_mask) -> torch.Tensor:
+    """One epoch over ``batches`` (:class:`corgnn.distributed.minibatch.ClusterBatches`):
+    a step per batch holding training nodes; returns the training loss averaged over
+    the training nodes."""
+    total, count = x.new_zeros(()), 0
+    for nodes, g, xb in batches:
+        nodes = nodes.to(x.device)
+        mask = train_mask[nodes]
+        if not bool(mask.any()):
+            continue
+        opt.zero_grad()
+        out = model(xb, g)
+        loss = torch.nn.functional.cross_entropy(out[mask], y[nodes][mask])
+        loss.backward()
+        opt.step()
+        total, count = total + loss.detach() * int(mask.sum()), count + int(mask.sum())
+    return total / max(count, 1)
+
+
 def train(cfg: TrainConfig) -> TrainResult:
     """Train and evaluate; see module docstring for the protocol. The progress bar
     (``cfg.progress``) goes to stderr, see :func:`progress_bar`."""
@@ -128,6 +150,11 @@ def train(cfg: TrainConfig) -> TrainResult:
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     masks = [m.to(device) for m in (data.train_mask, data.val_mask, data.test_mask)]
 
+    batches = None
+    if cfg.batch_size is not None:
+        from .distributed.minibatch import ClusterBatches
+
+        batches = ClusterBatches(data.edge_index, data.num_nodes, cfg.batch_size, device=device, x=x)
     best = (-1.0, 0, (0.0, 0.0, 0.0))
     times, losses = [], []
     it = range(1, cfg.epochs + 1)
@@ -137,11 +164,14 @@ def train(cfg: TrainConfig) -> TrainResult:
     for epoch in it:
         t0 = time.perf_counter()
         model.train()
-        opt.zero_grad()
-        out = model(x, graph)
-        loss = torch.nn.functional.cross_entropy(out[masks[0]], y[masks[0]])
-        loss.backward()
-        opt.step()
+        if batches is None:
+            opt.zero_grad()
+            out = model(x, graph)
+            loss = torch.nn.functional.cross_entropy(out[masks[0]], y[masks[0]])
+            loss.backward()
+            opt.step()
+        else:
+            loss = _minibatch_epoch(model, opt, batches, x, y, masks[0])
         schemes = model.schemes() if hasattr(model, "schemes") else []  # the training call's choice
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -187,6 +217,8 @@ def add_arguments(p) -> None:
     p.add_argument("--no-normalize-features", action="store_true", help="do not row-normalise the input features")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--json", default=None, metavar="FILE", help="write the summary as JSON")
+    p.add_argument("--batch-size", type=int, default=None, metavar="B",
+                   help="mini-batch training on METIS clusters of about B nodes (no compiled extension needed; default: full graph)")
     g = p.add_argument_group("scaling out (README: Scaling out)")
     g.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="partitioned full-graph training in N spawned local processes (gloo; NCCL with --device cuda)")
