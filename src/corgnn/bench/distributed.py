@@ -122,7 +122,7 @@ def _plot(rows: list, path: Path) -> None:
         xs = [i + j * width for i in range(len(keys))]
         axes[0].bar(xs, [by[k]["comm_bytes_per_epoch"] / 1e6 if k in by else 0 for k in keys], width, label=v)
         axes[1].bar(xs, [by[k]["epoch_ms"] if k in by else 0 for k in keys], width, label=v)
-    labels = [f"{d}\nh={h}" for d, h in keys]
+    labels = [f"{d.replace(' (synthetic)', '*')}\nh={h}" for d, h in keys]  # (* = synthetic stand-in)
     for ax, title in zip(axes, (f"halo MB sent per epoch ({nmax} ranks, all ranks)", f"epoch ms, slowest rank ({nmax} processes, 2 shared cores)")):
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(keys))], labels)
         ax.set_title(title, fontsize=10)
