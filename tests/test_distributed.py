@@ -188,3 +188,40 @@ def test_halo_bytes_and_edge_cut_reported(cora_runs):
         _, g = runs[("gat", world)]
         assert g["comm_bytes_per_epoch"] == g["halo_rows"] * (64 + 7) * 2 * 4
     assert runs[("gcn", 3)][1]["edge_cut"] >= runs[("gcn", 2)][1]["edge_cut"]
+
+
+def test_global_dropout_mask_does_not_depend_on_the_split():
+    from corgnn.distributed import GlobalDropout
+
+    h = torch.randn(30, 4)
+    rows = torch.tensor([3, 17, 5, 29])
+    full = GlobalDropout(0.5, 30, seed=7)(h, torch.arange(30), True)
+    part = GlobalDropout(0.5, 30, seed=7)(h[rows], rows, True)
+    torch.testing.assert_close(part, full[rows])
+    assert (full == 0).any() and (full != 0).any()
+    assert GlobalDropout(0.5, 30, seed=7)(h, torch.arange(30), False) is h
+
+
+def test_cli_rejects_bad_distributed_options():
+    from corgnn.cli import main
+
+    assert main(["train", "--nproc", "0"]) == 2
+    assert main(["train", "--nproc", "2", "--batch-size", "10"]) == 2
+    assert main(["train", "--nproc", "2", "--format", "ell"]) == 2
+    assert main(["train", "--nproc", "2", "--torchrun"]) == 2
+    assert main(["explain", "--n", "10", "--q", "20", "--m", "4", "--k", "4", "--nproc", "2"]) == 2
+
+
+def test_explain_shows_the_halo_term(capsys):
+    from corgnn.cli import main
+    from corgnn.datasets import find_data_root
+
+    try:
+        find_data_root("Cora")
+    except FileNotFoundError as e:
+        pytest.skip(f"Cora not found: {e}")
+    assert main(["explain", "--dataset", "Cora", "--nproc", "2", "--partition", "range", "--network-gbps", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "Split over 2 ranks (range)" in out and out.count("Halo exchange over 2 ranks") == 2
+    # on a slow link the first layer takes the cached input halo: nothing sent per call
+    assert "-> propagate-first+split+cache" in out and "halo 0 values per call" in out

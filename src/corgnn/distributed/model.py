@@ -36,7 +36,7 @@ class GlobalDropout:
         """``h (len(rows), c)`` with the global mask rows ``rows`` applied."""
         if not training or self.p == 0.0:
             return h
-        keep = torch.rand((self.num_nodes, h.size(1)), generator=self.gen)[rows].to(h.device) >= self.p
+        keep = torch.rand((self.num_nodes, h.size(1)), generator=self.gen)[rows.cpu()].to(h.device) >= self.p
         return h * keep * (1.0 / (1.0 - self.p))
 
 

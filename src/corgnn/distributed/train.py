@@ -66,6 +66,18 @@ def _sum(values: list[float], device) -> list[float]:
     return t.tolist()
 
 
+def _check(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` resolved, or a ValueError for what partitioned training does not run."""
+    cfg = cfg.resolved()
+    if cfg.model == "gat" and cfg.scheme != "auto":
+        raise ValueError(f"distributed GAT runs one scheme (autograd attention over the halo of XΘ); got scheme={cfg.scheme!r}")
+    if cfg.format != "csr":
+        raise ValueError(f"distributed training runs the CSR format, got format={cfg.format!r}")
+    if cfg.batch_size is not None:
+        raise ValueError("distributed training is full-graph; --batch-size cannot be combined with --nproc/--torchrun")
+    return cfg
+
+
 def train_step(dmodel, opt: torch.optim.Optimizer, x_own: torch.Tensor, y_own: torch.Tensor, mask: torch.Tensor, n_train: int) -> torch.Tensor:
     """One partitioned training step: forward on this rank's rows, cross-entropy over
     its training nodes summed and divided by the global count ``n_train``, backward
@@ -101,11 +113,7 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
     Raises:
         ValueError: an unsupported configuration (model, format, scheme).
     """
-    cfg = cfg.resolved()
-    if cfg.model == "gat" and cfg.scheme != "auto":
-        raise ValueError(f"distributed GAT runs one scheme (autograd attention over the halo of XΘ); got scheme={cfg.scheme!r}")
-    if cfg.format != "csr":
-        raise ValueError(f"distributed training runs the CSR format, got format={cfg.format!r}")
+    cfg = _check(cfg)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(cfg.device)
     data = load_planetoid(cfg.dataset, cfg.root)
@@ -211,11 +219,17 @@ def train_distributed(cfg: TrainConfig, nproc: int, partition: str = "auto") -> 
     return rank 0's summary. ``nproc=1`` runs the same code in one process.
 
     Raises:
-        ValueError: ``nproc`` < 1, more CUDA ranks than GPUs.
+        ValueError: ``nproc`` < 1, more CUDA ranks than GPUs, an unsupported
+            configuration (:func:`train_rank`).
+        FileNotFoundError: the dataset's files are not found.
         torch.multiprocessing.ProcessRaisedException: a rank failed (its traceback).
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
+    from ..datasets import find_data_root
+
+    _check(cfg)
+    find_data_root(cfg.dataset, cfg.root)  # (a missing dataset fails here, not in every rank)
     if torch.device(cfg.device).type == "cuda" and nproc > torch.cuda.device_count():
         raise ValueError(f"nproc={nproc} ranks need as many GPUs, found {torch.cuda.device_count()}")
     import torch.multiprocessing as mp
