@@ -20,7 +20,7 @@ import torch
 from .cost.gcn import plan_gcn
 from .cost.io import IO_FORMATS, MatrixStats, choose_format
 
-__all__ = ["add_arguments", "run", "explain_gcn", "explain_formats"]
+__all__ = ["add_arguments", "run", "explain_gcn", "explain_formats", "explain_partitioned"]
 
 
 def explain_gcn(n: int, q: int, layers: list[tuple], scheme: str = "auto") -> str:
@@ -59,6 +59,24 @@ def explain_formats(stats: MatrixStats, f: int, auto_widths: tuple[int, ...] = (
         ch = choose_format(stats, width)
         lines.append(f'format="auto" at f={width}: {ch.format} ({ch.reason})')
     return "\n".join(lines)
+
+
+def explain_partitioned(g, layers: list[tuple], nproc: int, method: str = "auto", network_gbps: float = 10.0) -> str:
+    """Cost tables with the halo-exchange term (:func:`corgnn.cost.comm.plan_partitioned_gcn`)
+    of each ``(m, k, input_grad)`` layer of a GCN on Graph ``g`` split over ``nproc``
+    ranks (the first layer's constant input halo counted as cached)."""
+    from .cost.comm import NetworkModel, plan_partitioned_gcn
+    from .distributed.partition import build_partitions, edge_cut, partition_nodes
+
+    if network_gbps <= 0:
+        raise ValueError(f"--network-gbps must be > 0, got {network_gbps}")
+    parts = partition_nodes(g.edge_index, g.num_nodes, nproc, method)
+    t = build_partitions(g.gcn_adjacency(), parts, [0])[0].totals
+    net = NetworkModel(bandwidth=network_gbps * 1e9 / 8)
+    head = f"Split over {nproc} ranks ({method}): edge cut {edge_cut(g.edge_index, parts)}, {t['n_halo']} halo rows in all"
+    plans = [plan_partitioned_gcn(t["n"], t["nnz"], m, k, ig, world_size=nproc, halo_rows=t["n_halo"], input_cached=i == 0, network=net)
+             for i, (m, k, ig) in enumerate(layers)]
+    return "\n\n".join([head] + [p.table() for p in plans])
 
 
 def _dataset_shape(name: str, root):
@@ -109,6 +127,9 @@ def add_arguments(p) -> None:
     p.add_argument("--adjacency", choices=("gcn", "raw"), default="gcn",
                    help="matrix of the I/O tables: the GCN adjacency with self-loops (default) or the raw edges (as the paper)")
     p.add_argument("--max-degree", type=int, help="with --n --q: longest row, to print the I/O tables for those sizes")
+    p.add_argument("--nproc", type=int, default=None, help="with --dataset: split the graph over N ranks and add the halo-exchange term")
+    p.add_argument("--partition", default="auto", choices=("auto", "metis", "range"), help="node split for --nproc (default auto)")
+    p.add_argument("--network-gbps", type=float, default=10.0, help="network bandwidth per rank for --nproc, Gbit/s (default 10)")
 
 
 def run(args) -> int:
@@ -119,6 +140,8 @@ def run(args) -> int:
         sparse_note = f", features used as a sparse matrix ({x_nnz} non-zeros)" if x_nnz is not None else ""
         print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}{sparse_note}, 2-layer GCN hidden={args.hidden}\n")
         print(explain_gcn(n, q, [(m, args.hidden, False, x_nnz), (args.hidden, c, True)], args.scheme))
+        if args.nproc is not None:
+            print("\n" + explain_partitioned(g, [(m, args.hidden, False), (args.hidden, c, True)], args.nproc, args.partition, args.network_gbps))
         if args.adjacency == "raw":
             stats, what = _raw_stats(g), "raw input edges (no self-loops, as the paper's tables)"
         else:
@@ -126,6 +149,8 @@ def run(args) -> int:
         print(f"\n{label}, {what}:")
         print(explain_formats(stats, args.f, (min(m, args.hidden), min(args.hidden, c))))
         return 0
+    if args.nproc is not None:
+        raise ValueError("--nproc needs --dataset (the halo comes from partitioning the graph)")
     missing = [k for k in ("n", "q", "m", "k") if getattr(args, k) is None]
     if missing:
         raise ValueError(f"give --dataset, or all of --n --q --m --k (missing: {', '.join('--' + k for k in missing)})")
