@@ -1,6 +1,8 @@
-"""Modules: GCN and GAT layers and the paper's 2-layer models."""
+"""Modules: GCN, GAT, GraphSAGE, GraphConv, SGC and APPNP layers and the paper's 2-layer models."""
+
+from .aggregate import GraphConv, SAGEConv
 
 from .gat import GAT, GATConv
 from .gcn import GCN, GCNConv, UnsupportedOption
 
-__all__ = ["GCNConv", "GCN", "GATConv", "GAT", "UnsupportedOption"]
+__all__ = ["GCNConv", "GCN", "GATConv", "GAT", "UnsupportedOption", "SAGEConv", "GraphConv"]
