@@ -4,5 +4,6 @@ from .aggregate import GraphConv, SAGEConv
 
 from .gat import GAT, GATConv
 from .gcn import GCN, GCNConv, UnsupportedOption
+from .propagate import APPNP, SGConv
 
-__all__ = ["GCNConv", "GCN", "GATConv", "GAT", "UnsupportedOption", "SAGEConv", "GraphConv"]
+__all__ = ["GCNConv", "GCN", "GATConv", "GAT", "UnsupportedOption", "SAGEConv", "GraphConv", "SGConv", "APPNP"]

@@ -249,12 +249,12 @@ class _LayerInputs:
         if device != graph.device:
             raise ValueError(f"x is on {device} but edge_index is on {graph.device}")
         weight = self._dtype_param()
-        if weight.dtype != dtype:
+        if weight is not None and weight.dtype != dtype:
             raise TypeError(f"x is {dtype} but the layer's parameters are {weight.dtype}; call .to({dtype}) on the module")
         return graph, dense, xs, dtype
 
-    def _dtype_param(self) -> torch.Tensor:
-        """The parameter whose dtype the input features must have."""
+    def _dtype_param(self) -> torch.Tensor | None:
+        """The parameter whose dtype the input features must have (None: any)."""
         return self.lin.weight
 
 
