@@ -308,7 +308,9 @@ class Graph:
         return st
 
     # -------------------------------------------------- aggregation adjacency
-    def aggr_adjacency(self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True, format: str = "csr") -> SparseFormat:
+    def aggr_adjacency(
+        self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True, diagonal: bool = False, format: str = "csr",
+    ) -> SparseFormat:
         """Matrix ``A`` of PyG's message passing without self-loops or normalisation:
         ``(A X)_i`` is the ``aggr`` ("sum"/"add" or "mean") over the edges ``j -> i`` of
         ``w_ji x_j`` (``w`` = the edge weights when ``weighted``, else 1), as PyG's
@@ -316,19 +318,23 @@ class Graph:
         its weight, divided by the target's in-degree (edges counted with
         duplicates, at least 1) for "mean" (:func:`aggr_edge_weights`); duplicate
         edges are summed. Rows = targets, columns = sources, ``(n, n)``. Built once
-        per option set and cached like :meth:`gcn_adjacency`.
+        per option set and cached like :meth:`gcn_adjacency`. ``diagonal``: the
+        pattern also holds every diagonal entry (value 0 where the graph has no
+        self-loop), so GIN's ``A + (1 + eps) I`` is the same pattern with new values.
 
         Raises:
             ValueError: ``aggr`` not "sum", "add" or "mean".
         """
         aggr = "sum" if aggr == "add" else aggr
-        key = ("aggr", aggr, dtype, bool(weighted and self.edge_weight is not None))
+        key = ("aggr", aggr, dtype, bool(weighted and self.edge_weight is not None), bool(diagonal))
         csr = self._cache.get(key)
         if csr is None:
-            ew = self.edge_weight.detach() if key[-1] else None  # a constant: cached
+            ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
             n = self.num_nodes
-            w = aggr_edge_weights(self.edge_index, ew, n, aggr, dtype)
-            csr = self._cache[key] = CSR.from_coo(self.edge_index[1], self.edge_index[0], w, (n, n), coalesce=True)
+            ei, w = self.edge_index, aggr_edge_weights(self.edge_index, ew, n, aggr, dtype)
+            if diagonal:
+                ei, w = _with_loops(ei, w, 0.0, n, replace=False)
+            csr = self._cache[key] = CSR.from_coo(ei[1], ei[0], w, (n, n), coalesce=True)
         return self._format(key, csr, format)
 
     # ---------------------------------------------------------- GAT adjacency
