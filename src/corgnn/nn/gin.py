@@ -35,17 +35,24 @@ _LINEARS = (nn.Linear, PygLinear)
 _IDENTITY = nn.Identity()
 
 
-def first_linear(module: nn.Module) -> tuple[nn.Module, str] | None:
+def first_linear(module: nn.Module) -> tuple[nn.Module | None, str | None] | None:
     """``(container, key)`` of the Linear that ``module`` applies first to its input:
-    the first module of a ``torch.nn.Sequential``, ``lins[0]`` of PyG's ``MLP``; None
-    for any other module (its first operation is not known)."""
+    the first module of a ``torch.nn.Sequential``, ``lins[0]`` of PyG's ``MLP``,
+    ``(None, None)`` when ``module`` is a Linear itself; None for any other module
+    (its first operation is not known)."""
     from torch_geometric.nn.models import MLP
 
+    if isinstance(module, _LINEARS):
+        return None, None
     if type(module) is nn.Sequential and len(module) and isinstance(module[0], _LINEARS):
         return module, next(iter(module._modules))
     if type(module) is MLP and isinstance(module.lins[0], _LINEARS):
         return module.lins, "0"
     return None
+
+
+def _linear_at(module: nn.Module, slot) -> nn.Module:
+    return module if slot[0] is None else slot[0]._modules[slot[1]]
 
 
 @contextmanager
@@ -111,11 +118,11 @@ class GINConv(_LayerInputs, nn.Module):
     @property
     def in_channels(self) -> int | None:
         slot = first_linear(self.nn)
-        return None if slot is None else slot[0]._modules[slot[1]].weight.size(1)
+        return None if slot is None else _linear_at(self.nn, slot).weight.size(1)
 
     def _dtype_param(self) -> torch.Tensor | None:
         slot = first_linear(self.nn)
-        return None if slot is None else slot[0]._modules[slot[1]].weight
+        return None if slot is None else _linear_at(self.nn, slot).weight
 
     def sparse_features_allowed(self) -> bool:
         return first_linear(self.nn) is not None
@@ -140,7 +147,7 @@ class GINConv(_LayerInputs, nn.Module):
         slot = first_linear(self.nn)
         if slot is None:
             return None
-        W = slot[0]._modules[slot[1]].weight
+        W = _linear_at(self.nn, slot).weight
         A = self.adjacency(graph, x.dtype)
         dense = isinstance(x, torch.Tensor)
         x_grad = dense and x.requires_grad
@@ -163,10 +170,12 @@ class GINConv(_LayerInputs, nn.Module):
         if slot is None:
             self.last_plan = None
             return self.nn(spmm(A, dense, values=values))
-        lin = slot[0]._modules[slot[1]]
+        lin = _linear_at(self.nn, slot)
         plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
         h = GCNFunction.apply(dense, lin.weight, lin.bias, A, plan.scheme, xs, values)
+        if slot[0] is None:  # nn is the Linear
+            return h
         with _without(*slot):
             return self.nn(h)
 
