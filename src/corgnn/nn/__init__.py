@@ -4,6 +4,7 @@ from .aggregate import GraphConv, SAGEConv
 
 from .gat import GAT, GATConv
 from .gcn import GCN, GCNConv, UnsupportedOption
+from . import models
 from .gin import GINConv
 from .propagate import APPNP, SGConv
 
