@@ -255,3 +255,33 @@ def test_bad_input_raises_before_work():
             layer(bad, ei)
         with pytest.raises(TypeError, match="x"):
             layer(torch.randint(0, 2, (n, 4)), ei)
+
+
+def test_bench_layers_variants_compute_the_same_model():
+    """``corgnn bench layers``: the corgnn variant is PyG's model after optimize (same output)."""
+    from corgnn.bench.baselines import LAYER_MODELS, GraphData, build
+    from corgnn.datasets import synthetic
+
+    g = GraphData.from_pyg(synthetic("Cora", seed=1, nodes=60, edges=240, features=8))
+    for model in LAYER_MODELS:
+        torch.manual_seed(0)
+        ref, inputs = build("pyg-coo", model, g, 8)
+        torch.manual_seed(0)
+        ours, _ = build("corgnn", model, g, 8)
+        assert any(type(m).__module__.startswith("corgnn") for m in ours.modules()), model
+        torch.testing.assert_close(ours(*inputs), ref(*inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_cli_train_sgc_and_explain_model(tmp_path, capsys):
+    import json
+
+    from corgnn.cli import main
+
+    out = tmp_path / "s.json"
+    assert main(["train", "--model", "sgc", "--no-progress", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["model"] == "sgc" and res["schemes"] == ["propagate-first+cache"]
+    assert 0.78 <= res["test_acc"] <= 0.83, res  # SGC paper, Cora: 81.0
+    assert main(["explain", "--dataset", "Cora", "--model", "sage"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("choice:") == 2 and "SAGEConv" in text
