@@ -117,7 +117,9 @@ def test_unavailable_and_unknown_variants(tiny):
     with pytest.raises(ValueError, match="unknown variant"):
         build("dgl", "gcn", tiny, 4)
     with pytest.raises(ValueError, match="model"):
-        build("corgnn", "sage", tiny, 4)
+        build("corgnn", "mlp", tiny, 4)
+    with pytest.raises(Unavailable, match="pyg-coo and corgnn"):
+        build("pyg-csr", "sage", tiny, 4)
 
 
 NAMES = [e.name for e in EXPERIMENTS]
@@ -147,7 +149,7 @@ def test_bench_cli_imports_no_plotting_or_progress_bar():
 
 
 def test_every_experiment_is_one_complete_spec():
-    assert len(set(NAMES)) == len(NAMES) == 6
+    assert len(set(NAMES)) == len(NAMES) == 7
     for e in EXPERIMENTS:
         assert set(e.grids) == set(PRESETS), e.name
         assert set(e.expected_min) <= set(PRESETS), e.name
@@ -179,6 +181,7 @@ EXPECTED_PLOTS = {
     "gat": ["gat_speedup.png", "gat_runtime.png"],
     "formats": ["formats_runtime.png"],
     "memory": ["memory_gcn_layer.png"],
+    "layers": [],
 }
 
 

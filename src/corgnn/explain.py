@@ -20,7 +20,7 @@ import torch
 from .cost.gcn import plan_gcn
 from .cost.io import IO_FORMATS, MatrixStats, choose_format
 
-__all__ = ["add_arguments", "run", "explain_gcn", "explain_formats", "explain_partitioned"]
+__all__ = ["add_arguments", "run", "explain_gcn", "explain_formats", "explain_partitioned", "explain_model"]
 
 
 def explain_gcn(n: int, q: int, layers: list[tuple], scheme: str = "auto") -> str:
@@ -130,11 +130,37 @@ def add_arguments(p) -> None:
     p.add_argument("--nproc", type=int, default=None, help="with --dataset: split the graph over N ranks and add the halo-exchange term")
     p.add_argument("--partition", default="auto", choices=("auto", "metis", "range"), help="node split for --nproc (default auto)")
     p.add_argument("--network-gbps", type=float, default=10.0, help="network bandwidth per rank for --nproc, Gbit/s (default 10)")
+    p.add_argument("--model", choices=("sage", "gin", "sgc", "appnp"), default=None,
+                   help="with --dataset: the plans of that corgnn train model's layers in a training call (instead of the GCN's)")
+
+
+def explain_model(model: str, dataset: str, root=None, hidden: int | None = None) -> str:
+    """Plans (cost tables, choice, reason) of each planned layer of the ``corgnn train``
+    model ``model`` in one training-mode call on ``dataset`` (row-normalised features)."""
+    from .datasets import load_planetoid
+    from .graph import Graph
+    from .train import TrainConfig, build_model
+
+    data = load_planetoid(dataset, root)
+    cfg = TrainConfig(model=model, hidden=hidden).resolved()
+    x = data.x / data.x.sum(1, keepdim=True).clamp_min(1.0)
+    net = build_model(cfg, x.size(1), int(data.y.max()) + 1)
+    net(x, Graph(data.edge_index, num_nodes=data.num_nodes))
+    tables = [
+        (f"{name} ({type(m).__name__}, its aggregation + Linear as a GCN product):\n" if hasattr(m.last_plan, "scheme") else "") + m.last_plan.table()
+        for name, m in net.named_modules() if getattr(m, "last_plan", None) is not None
+    ]
+    return f"{data.name}: {model} model of corgnn train, one training call\n\n" + "\n\n".join(tables)
 
 
 def run(args) -> int:
     if args.f < 1:
         raise ValueError(f"--f must be >= 1, got {args.f}")
+    if args.model:
+        if not args.dataset:
+            raise ValueError("--model needs --dataset")
+        print(explain_model(args.model, args.dataset, args.root, None if args.hidden == 16 else args.hidden))
+        return 0
     if args.dataset:
         n, q, m, c, label, g, x_nnz = _dataset_shape(args.dataset, args.root)
         sparse_note = f", features used as a sparse matrix ({x_nnz} non-zeros)" if x_nnz is not None else ""

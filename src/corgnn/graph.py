@@ -11,6 +11,7 @@ from .sparse.registry import convert
 __all__ = [
     "Graph", "GraphCache", "as_graph", "gcn_edge_weights", "tensor_state",
     "is_sparse_adjacency", "sparse_adjacency_entries", "gat_edges", "sparse_attention_result",
+    "aggr_edge_weights", "AGGREGATIONS",
 ]
 
 LOOP_MODES = ("remaining", "add", "set")
@@ -142,6 +143,29 @@ def gcn_edge_weights(
     if ew is None:
         ew = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
     return edge_index, ew
+
+
+AGGREGATIONS = ("sum", "add", "mean")
+"""The aggregations :meth:`Graph.aggr_adjacency` expresses as one SpMM ("add" = "sum")."""
+
+
+def aggr_edge_weights(edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int, aggr: str, dtype: torch.dtype) -> torch.Tensor:
+    """Per-edge weight ``(q,)`` in :meth:`Graph.aggr_adjacency` (before duplicates are
+    summed): ``edge_weight`` (1 when None), over the target's in-degree for "mean"
+    (PyG's scatter-mean divides by the edge count, clamped to 1). Torch ops, so
+    differentiable w.r.t. ``edge_weight``.
+
+    Raises:
+        ValueError: ``aggr`` not one of :data:`AGGREGATIONS`.
+    """
+    if aggr not in AGGREGATIONS:
+        raise ValueError(f"aggr must be one of {AGGREGATIONS}, got {aggr!r}")
+    q = edge_index.size(1)
+    w = torch.ones(q, dtype=dtype, device=edge_index.device) if edge_weight is None else edge_weight.to(dtype)
+    if aggr == "mean":
+        deg = torch.bincount(edge_index[1], minlength=num_nodes).clamp_min(1).to(dtype)
+        w = w / deg[edge_index[1]]
+    return w
 
 
 class Graph:
@@ -282,6 +306,36 @@ class Graph:
         if st is None:
             st = self._cache[key] = MatrixStats.of(self.gcn_adjacency(**opts))
         return st
+
+    # -------------------------------------------------- aggregation adjacency
+    def aggr_adjacency(
+        self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True, diagonal: bool = False, format: str = "csr",
+    ) -> SparseFormat:
+        """Matrix ``A`` of PyG's message passing without self-loops or normalisation:
+        ``(A X)_i`` is the ``aggr`` ("sum"/"add" or "mean") over the edges ``j -> i`` of
+        ``w_ji x_j`` (``w`` = the edge weights when ``weighted``, else 1), as PyG's
+        ``GraphConv``, ``SAGEConv`` and ``GINConv`` aggregate: the entry of an edge is
+        its weight, divided by the target's in-degree (edges counted with
+        duplicates, at least 1) for "mean" (:func:`aggr_edge_weights`); duplicate
+        edges are summed. Rows = targets, columns = sources, ``(n, n)``. Built once
+        per option set and cached like :meth:`gcn_adjacency`. ``diagonal``: the
+        pattern also holds every diagonal entry (value 0 where the graph has no
+        self-loop), so GIN's ``A + (1 + eps) I`` is the same pattern with new values.
+
+        Raises:
+            ValueError: ``aggr`` not "sum", "add" or "mean".
+        """
+        aggr = "sum" if aggr == "add" else aggr
+        key = ("aggr", aggr, dtype, bool(weighted and self.edge_weight is not None), bool(diagonal))
+        csr = self._cache.get(key)
+        if csr is None:
+            ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
+            n = self.num_nodes
+            ei, w = self.edge_index, aggr_edge_weights(self.edge_index, ew, n, aggr, dtype)
+            if diagonal:
+                ei, w = _with_loops(ei, w, 0.0, n, replace=False)
+            csr = self._cache[key] = CSR.from_coo(ei[1], ei[0], w, (n, n), coalesce=True)
+        return self._format(key, csr, format)
 
     # ---------------------------------------------------------- GAT adjacency
     def gat_adjacency(self, *, add_self_loops: bool = True, format: str = "csr") -> SparseFormat:

@@ -24,14 +24,14 @@ forward and backward hooks a user registered on the layer itself)."""
 _TORCH_MODULE_ATTRS = frozenset(vars(nn.Module()))
 
 
-def _message_passing_unsupported(layer, flows: tuple[str, ...] = ("source_to_target",)) -> list[str]:
+def _message_passing_unsupported(layer, flows: tuple[str, ...] = ("source_to_target",), aggrs: tuple[str, ...] = ("add", "sum")) -> list[str]:
     """Options of PyG's ``MessagePassing`` base that the corgnn layer does not honour:
     a ``flow`` not in ``flows`` or another aggregation, hooks on its
     ``propagate``/``message``/... steps (corgnn has no such steps to run them on)."""
     unsupported = []
     if getattr(layer, "flow", "source_to_target") not in flows:
         unsupported.append(f"flow={layer.flow!r}")
-    if getattr(layer, "aggr", "add") not in ("add", "sum"):
+    if not isinstance(getattr(layer, "aggr", "add"), str) or getattr(layer, "aggr", "add") not in aggrs:
         unsupported.append(f"aggr={layer.aggr!r}")
     hooks = sorted(k for k, v in vars(layer).items() if k.endswith("_hooks") and k not in _TORCH_MODULE_ATTRS and v)
     if hooks:
@@ -186,12 +186,75 @@ def _build_gat(layer) -> nn.Module:
     ), layer, _gat_params(layer))
 
 
+# ------------------------------------------- SAGEConv, GraphConv, GINConv, SGConv, APPNP
+
+
+def _linear_params(layer, names: tuple[str, ...]) -> dict:
+    """``{"<lin>.weight", "<lin>.bias"}`` of the layer's ``Linear`` submodules ``names`` (absent ones skipped)."""
+    return {f"{n}.{p}": getattr(getattr(layer, n), p, None) for n in names if getattr(layer, n, None) is not None for p in ("weight", "bias")}
+
+
+_LINEAR_LAYERS = {  # PyG class name -> (its Linears, those PyG builds without bias, its aggregations corgnn runs as one SpMM)
+    "SAGEConv": (("lin", "lin_l", "lin_r"), ("lin_r",), ("mean", "add", "sum")),
+    "GraphConv": (("lin_rel", "lin_root"), ("lin_root",), ("mean", "add", "sum")),
+    "SGConv": (("lin",), (), ("add", "sum")),
+    "APPNP": ((), (), ("add", "sum")),
+    "GINConv": ((), (), ("add", "sum")),
+}
+
+
+def _layer_unsupported(layer) -> list[str]:
+    """Options of a PyG SAGEConv, GraphConv, GINConv, SGConv or APPNP that corgnn's
+    layer does not support: those of :func:`_message_passing_unsupported` (other
+    aggregations included), bipartite ``in_channels``, an SGConv ``cached=True``
+    whose ``S^K X`` is already computed, a bias PyG never builds, a non-Parameter."""
+    lins, no_bias, aggrs = _LINEAR_LAYERS[type(layer).__name__]
+    unsupported = _message_passing_unsupported(layer, aggrs=aggrs)
+    if isinstance(getattr(layer, "in_channels", 0), (tuple, list)):
+        unsupported.append(f"bipartite in_channels={tuple(layer.in_channels)}")
+    if getattr(layer, "_cached_x", None) is not None:
+        unsupported.append("cached=True with S^K X already computed")
+    unsupported += [f"{n}.bias" for n in no_bias if getattr(getattr(layer, n, None), "bias", None) is not None]
+    return unsupported + _not_parameters(_linear_params(layer, lins))
+
+
+def _build_layer(layer) -> nn.Module:
+    """corgnn's SAGEConv / GraphConv / GINConv / SGConv / APPNP sharing the PyG layer's
+    parameters (GINConv: its very ``nn`` module and ``eps``)."""
+    from . import nn as cnn
+
+    kind = type(layer).__name__
+    params = _linear_params(layer, _LINEAR_LAYERS[kind][0])
+    bias = lambda lin: getattr(lin, "bias", None) is not None  # noqa: E731
+    if kind == "SAGEConv":
+        w = layer.lin_l.weight
+        make = lambda: cnn.SAGEConv(  # noqa: E731
+            w.size(1), w.size(0), aggr=layer.aggr, normalize=layer.normalize, root_weight=layer.root_weight,
+            project=layer.project, bias=bias(layer.lin_l),
+        )
+    elif kind == "GraphConv":
+        w = layer.lin_rel.weight
+        make = lambda: cnn.GraphConv(w.size(1), w.size(0), aggr=layer.aggr, bias=bias(layer.lin_rel))  # noqa: E731
+    elif kind == "SGConv":
+        w = layer.lin.weight
+        make = lambda: cnn.SGConv(w.size(1), w.size(0), K=layer.K, cached=layer.cached, add_self_loops=layer.add_self_loops, bias=bias(layer.lin))  # noqa: E731
+    elif kind == "APPNP":
+        make = lambda: cnn.APPNP(  # noqa: E731
+            layer.K, layer.alpha, dropout=layer.dropout, cached=layer.cached, add_self_loops=layer.add_self_loops, normalize=layer.normalize,
+        )
+    else:
+        params = {"nn": layer.nn, "eps": layer.eps}
+        make = lambda: cnn.GINConv(nn.Identity(), eps=layer.initial_eps, train_eps=isinstance(layer.eps, nn.Parameter))  # noqa: E731
+    return _adopt(make, layer, params)
+
+
 def _converters():
     """``[(PyG class, unsupported(layer) -> list of reasons, build(layer) -> module)]``."""
-    from torch_geometric.nn import GATConv as PygGATConv
-    from torch_geometric.nn import GCNConv as PygGCNConv
+    import torch_geometric.nn as pyg
 
-    return [(PygGCNConv, _gcn_unsupported, _build_gcn), (PygGATConv, _gat_unsupported, _build_gat)]
+    return [(pyg.GCNConv, _gcn_unsupported, _build_gcn), (pyg.GATConv, _gat_unsupported, _build_gat)] + [
+        (getattr(pyg, name), _layer_unsupported, _build_layer) for name in _LINEAR_LAYERS
+    ]
 
 
 # ----------------------------------------------------------------------- optimize
@@ -218,7 +281,8 @@ class _ConvertAfterFirstCall:
 
 
 def optimize(module: nn.Module) -> nn.Module:
-    """Replace every PyG ``GCNConv`` and ``GATConv`` inside ``module`` by corgnn's.
+    """Replace every PyG ``GCNConv``, ``GATConv``, ``SAGEConv``, ``GraphConv``,
+    ``GINConv``, ``SGConv`` and ``APPNP`` inside ``module`` by corgnn's.
 
     The replacements hold the PyG layers' own ``Parameter`` objects (not copies), so
     ``requires_grad`` (frozen parameters stay frozen), device, dtype, weight tying,

@@ -26,6 +26,11 @@ __all__ = ["TrainConfig", "TrainResult", "train", "progress_bar", "add_arguments
 MODEL_DEFAULTS = {
     "gcn": dict(hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200),
     "gat": dict(hidden=8, dropout=0.6, lr=0.005, weight_decay=5e-4, epochs=200),
+    # issue 14 (corgnn.nn.models): GraphSAGE-mean, GIN, SGC (K=2, cached), APPNP (K=10, alpha=0.1)
+    "sage": dict(hidden=64, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200),
+    "gin": dict(hidden=64, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200),
+    "sgc": dict(hidden=0, dropout=0.0, lr=0.2, weight_decay=2e-4, epochs=100),
+    "appnp": dict(hidden=64, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200),
 }
 
 
@@ -58,7 +63,7 @@ class TrainConfig:
                 setattr(out, k, v)
         if out.batch_size is not None and out.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {out.batch_size}")
-        if out.epochs <= 0 or out.hidden <= 0:
+        if out.epochs <= 0 or out.hidden <= 0 and out.model != "sgc":
             raise ValueError(f"epochs and hidden must be positive, got {out.epochs}, {out.hidden}")
         return out
 
@@ -87,6 +92,14 @@ def build_model(cfg: TrainConfig, in_channels: int, out_channels: int) -> torch.
         from .nn import GAT
 
         return GAT(in_channels, cfg.hidden, out_channels, heads=cfg.heads, dropout=cfg.dropout, format=cfg.format, cache=cfg.scheme)
+    from . import nn as cnn
+
+    if cfg.model == "sgc":
+        return cnn.models.SGC(in_channels, out_channels, scheme=cfg.scheme)
+    if cfg.model == "appnp":
+        return cnn.models.APPNPNet(in_channels, cfg.hidden, out_channels, dropout=cfg.dropout)
+    if cfg.model in ("sage", "gin"):
+        return getattr(cnn.models, cfg.model.upper())(in_channels, cfg.hidden, out_channels, dropout=cfg.dropout, scheme=cfg.scheme)
     raise ValueError(f"unknown model {cfg.model!r}")
 
 
@@ -202,7 +215,7 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 def add_arguments(p) -> None:
     p.add_argument("--dataset", default="Cora", help="Cora (default) or CiteSeer")
-    p.add_argument("--model", default="gcn", choices=sorted(MODEL_DEFAULTS), help="gcn (default) or gat")
+    p.add_argument("--model", default="gcn", choices=sorted(MODEL_DEFAULTS), help="gcn (default), gat, sage, gin, sgc or appnp")
     p.add_argument("--root", default=None, help="data root holding <Name>/raw/ (default: $CORGNN_DATA, then ../shared/datasets, ...)")
     p.add_argument("--hidden", type=int, default=None, help="hidden channels (GCN 16, GAT 8 per head)")
     p.add_argument("--heads", type=int, default=8, help="GAT attention heads in the first layer (default 8)")

@@ -230,6 +230,8 @@ def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: 
     """
     import corgnn.nn as cnn
 
+    if model in LAYER_MODELS:
+        return _layer_model(variant, model, g, hidden, g.num_classes if out_channels is None else out_channels)
     if model not in ("gcn", "gat", "gcn-layer"):
         raise ValueError(f"model must be 'gcn', 'gat' or 'gcn-layer', got {model!r}")
     c = g.num_classes if out_channels is None else out_channels
@@ -274,6 +276,36 @@ def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: 
             mod(g.x, graph)
         mod = torch.compile(mod)
     return mod, (g.x, graph)
+
+
+LAYER_MODELS = ("sage", "gin", "sgc", "appnp")
+"""Models of ``corgnn bench layers`` (issue 14): PyG's own models, and the same
+model after :func:`corgnn.optimize` as the ``corgnn`` variant."""
+
+
+def _layer_model(variant: str, model: str, g: GraphData, hidden: int, c: int):
+    """PyG's 2-layer ``GraphSAGE`` / ``GIN`` (``torch_geometric.nn.models``), SGC
+    (``SGConv(K=2, cached=True)``) or APPNP (2-layer MLP + ``APPNP(K=10, alpha=0.1)``)
+    on ``edge_index``; variant ``"corgnn"`` is that model after ``corgnn.optimize``."""
+    import torch_geometric.nn as pyg
+    from torch_geometric.nn.models import GIN, MLP, GraphSAGE
+
+    from ..interop import optimize
+
+    if variant not in ("pyg-coo", "corgnn"):
+        raise Unavailable(f"{model}: only pyg-coo and corgnn (PyG's model after optimize) are measured")
+    m = g.m
+    if model == "sage":
+        mod = GraphSAGE(m, hidden, 2, c)
+    elif model == "gin":
+        mod = GIN(m, hidden, 2, c)
+    elif model == "sgc":
+        mod = pyg.SGConv(m, c, K=2, cached=True)
+    else:
+        mod = pyg.Sequential("x, edge_index", [(MLP([m, hidden, c]), "x -> x"), (pyg.APPNP(10, 0.1), "x, edge_index -> x")])
+    if variant == "corgnn":
+        mod = optimize(mod)
+    return mod.to(g.x.device), (g.x, g.edge_index)
 
 
 def _corgnn_options(variant: str, model: str) -> dict:

@@ -251,10 +251,9 @@ def _scheme_used(mod) -> str:
         return ""
     if hasattr(mod, "schemes") and callable(mod.schemes):
         return "|".join(str(s) for s in mod.schemes())
-    plan = getattr(mod, "last_plan", None)
-    if plan is not None:
-        return getattr(getattr(plan, "scheme", None), "name", str(getattr(plan, "scheme", "")))
-    return ""
+    # a layer's plan, or those of corgnn layers inside a model (a PyG model after optimize)
+    plans = [m.last_plan for m in mod.modules() if getattr(m, "last_plan", None) is not None]
+    return "|".join(getattr(getattr(p, "scheme", p), "name", str(getattr(p, "scheme", ""))) for p in plans)
 
 
 class _OpStep:

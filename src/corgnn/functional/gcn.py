@@ -29,7 +29,7 @@ from ..graph import gcn_edge_weights
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import sddmm, spmm
 
-__all__ = ["GCNFunction", "gcn_conv", "gcn_edge_weights", "gcn_values"]
+__all__ = ["GCNFunction", "gcn_conv", "gcn_edge_weights", "gcn_values", "entry_values"]
 
 
 def _transform(x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None) -> torch.Tensor:
@@ -176,9 +176,17 @@ def gcn_values(
     ei, ew = gcn_edge_weights(
         edge_index, edge_weight, n, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=A.val.dtype, loops=loops,
     )
+    return entry_values(A, ei, ew)
+
+
+def entry_values(A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Tensor) -> torch.Tensor:
+    """Values ``(nnz,)`` in the entry order of a coalesced ``(n, n)`` matrix ``A`` built
+    from ``edge_index (2, q)``: each edge's weight ``(q,)`` added into the entry at
+    (target, source), duplicates summed; differentiable w.r.t. ``edge_weight``."""
+    n = A.shape[0]
     coo = A.to_coo()
     # NOTE: A is coalesced (one entry per (row, col)): sorting its keys once lets a
     # binary search find every edge's entry, in any format's entry order.
     keys, order = torch.sort(coo.row * n + coo.col)
-    pos = order[torch.searchsorted(keys, ei[1] * n + ei[0])]
-    return ew.new_zeros(A.nnz).index_add(0, pos, ew)
+    pos = order[torch.searchsorted(keys, edge_index[1] * n + edge_index[0])]
+    return edge_weight.new_zeros(A.nnz).index_add(0, pos, edge_weight)

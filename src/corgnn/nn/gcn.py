@@ -198,7 +198,7 @@ class _LayerInputs:
     ``edge_index``, feature validation once per tensor version, sparse features).
 
     Needs ``self._graphs`` (GraphCache), ``self._features`` (_FeatureCheck),
-    ``self.in_channels`` and ``self.lin.weight``.
+    ``self.in_channels`` and ``self.lin.weight`` (or another :meth:`_dtype_param`).
     """
 
     def _backward_will_run(self, x_grad: bool) -> bool:
@@ -248,9 +248,14 @@ class _LayerInputs:
             dense, dtype, device = x, x.dtype, x.device
         if device != graph.device:
             raise ValueError(f"x is on {device} but edge_index is on {graph.device}")
-        if self.lin.weight.dtype != dtype:
-            raise TypeError(f"x is {dtype} but the layer's parameters are {self.lin.weight.dtype}; call .to({dtype}) on the module")
+        weight = self._dtype_param()
+        if weight is not None and weight.dtype != dtype:
+            raise TypeError(f"x is {dtype} but the layer's parameters are {weight.dtype}; call .to({dtype}) on the module")
         return graph, dense, xs, dtype
+
+    def _dtype_param(self) -> torch.Tensor | None:
+        """The parameter whose dtype the input features must have (None: any)."""
+        return self.lin.weight
 
 
 class GCNConv(_LayerInputs, nn.Module):

@@ -16,6 +16,7 @@ module             experiment (``corgnn bench NAME``)
 ``gat``            ``gat``: 2-layer 8-head GAT vs the PyG baselines
 ``formats``        ``formats``: GCN and SpMM/SDDMM in every sparse format vs CSC
 ``memory``         ``memory``: peak memory of one GCN layer per scheme and for PyG
+``layers``         ``layers``: PyG's GraphSAGE/GIN/SGC/APPNP vs the same after optimize
 ``versus``         what ``gcn`` and ``gat`` share (cells, summary, plots)
 ``common``         dataset lists, size ranges, row queries and tables shared by all
 =================  =================================================================
@@ -37,11 +38,11 @@ adds about half a minute of imports, dataset generation and plots (see
 from __future__ import annotations
 
 from ..spec import ExperimentSpec
-from . import formats, gat, gat_caching, gcn, gcn_layer, memory
+from . import formats, gat, gat_caching, gcn, gcn_layer, layers, memory
 
 __all__ = ["EXPERIMENTS"]
 
-EXPERIMENTS: tuple[ExperimentSpec, ...] = (gcn_layer.SPEC, gcn.SPEC, gat_caching.SPEC, gat.SPEC, formats.SPEC, memory.SPEC)
+EXPERIMENTS: tuple[ExperimentSpec, ...] = (gcn_layer.SPEC, gcn.SPEC, gat_caching.SPEC, gat.SPEC, formats.SPEC, memory.SPEC, layers.SPEC)
 """Every experiment of ``corgnn bench``, in the order of ``all``, of the subcommands
 and of the sections of ``summary.md``."""
 

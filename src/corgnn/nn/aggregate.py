@@ -1,0 +1,205 @@
+"""GraphSAGE and GraphConv: an aggregation SpMM and a Linear, reordered like GCN.
+
+Both layers compute ``X' = (A X) Θ_agg^T + b + X Θ_root^T`` with ``A`` the
+aggregation matrix of PyG's message passing (:meth:`corgnn.Graph.aggr_adjacency`:
+sum, or mean as an SpMM with ``1/deg`` values). The aggregated term is the GCN
+product ``A X Θ + b`` for another ``A`` (paper §"Analysis of the GCN Computational
+Graph"), so it runs :class:`~corgnn.functional.gcn.GCNFunction` under the scheme
+:func:`~corgnn.cost.gcn.plan_gcn` picks (transform-first: aggregate ``k`` columns;
+propagate-first: ``m`` columns; fused/split backward; ``A X`` cached for backward).
+The root term is a dense Linear (no sparse product to reorder).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch_geometric.nn.dense.linear import Linear
+
+from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
+from ..functional.gcn import GCNFunction, _transform, entry_values
+from ..graph import AGGREGATIONS, Graph, GraphCache, aggr_edge_weights
+from ..sparse.registry import check_format_name
+from .gcn import UnsupportedOption, _check_value_grad, _FeatureCache, _LayerInputs, _SparseView, check_message_passing_kwargs
+
+__all__ = ["SAGEConv", "GraphConv"]
+
+
+class _AggregateLinear(_LayerInputs, nn.Module):
+    """``lin_agg(A x) + lin_root(x)`` with the planned GCN product for the first term.
+
+    Subclasses set ``_agg`` / ``_root`` (names of the two Linears; ``_root`` may be
+    absent) and ``_weighted`` (whether edge weights enter ``A``)."""
+
+    _agg = "lin_l"
+    _root = "lin_r"
+    _weighted = False
+
+    def _setup(self, in_channels, out_channels, aggr: str, scheme: str, format: str, kwargs: dict) -> None:
+        name = type(self).__name__
+        check_message_passing_kwargs(name, kwargs)
+        if isinstance(in_channels, (tuple, list)):
+            raise UnsupportedOption(f"{name}: bipartite in_channels {tuple(in_channels)} is not supported by corgnn; use torch_geometric.nn.{name}")
+        if in_channels <= 0 or out_channels <= 0:
+            raise ValueError(f"{name}: in_channels and out_channels must be positive, got {in_channels}, {out_channels}")
+        if aggr not in AGGREGATIONS:
+            raise UnsupportedOption(f"{name}: aggr={aggr!r} is not supported by corgnn (only {', '.join(AGGREGATIONS)}); use torch_geometric.nn.{name}")
+        if scheme != "auto":
+            parse_scheme(scheme)
+        check_format_name(format, allow_auto=False)
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
+        self.scheme, self.format = scheme, format
+        self._graphs = GraphCache()
+        self._features = _FeatureCache()
+        self.last_plan: GCNPlan | None = None
+
+    def _dtype_param(self) -> torch.Tensor:
+        return getattr(self, self._agg).weight
+
+    def adjacency(self, graph: Graph, dtype: torch.dtype):
+        """The aggregation matrix ``A (n, n)`` of this layer on ``graph``, cached on it."""
+        return graph.aggr_adjacency(self.aggr, dtype=dtype, weighted=self._weighted, format=self.format)
+
+    def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan:
+        """The scheme of the aggregated term ``A x Θ_agg + b`` for ``x`` (the aggregated
+        features, after ``project``) on ``graph`` now, with every scheme's cost."""
+        A = self.adjacency(graph, x.dtype)
+        dense = isinstance(x, torch.Tensor)
+        x_grad = dense and x.requires_grad
+        training = self._backward_will_run(x_grad)
+        return plan_gcn(
+            graph.num_nodes, A.nnz, self.in_channels, self.out_channels, input_grad=training and x_grad,
+            training=training, scheme=self.scheme, candidates=GCN_SCHEMES if dense else GCN_SCHEMES[:1], x_nnz=x_nnz,
+        )
+
+    def _check_size(self, size) -> None:
+        if size is not None:
+            raise UnsupportedOption(f"{type(self).__name__}: size={size!r} (bipartite message passing) is not supported by corgnn")
+
+    def _forward(self, x, edge_index, edge_weight=None) -> torch.Tensor:
+        graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
+        if self._weighted:
+            _check_value_grad(graph)
+        src, src_sparse = dense, xs
+        proj = getattr(self, "lin", None) if getattr(self, "project", False) else None
+        if proj is not None:  # PyG's project: relu(lin(x)) is what gets aggregated
+            src, src_sparse = torch.relu(_transform(dense, proj.weight, xs) + proj.bias), None
+        A = self.adjacency(graph, dtype)
+        plan = self.plan(graph, src if src is not None else _SparseView(dtype), None if src_sparse is None else src_sparse.nnz)
+        self.last_plan = plan
+        agg = getattr(self, self._agg)
+        out = GCNFunction.apply(src, agg.weight, agg.bias, A, plan.scheme, src_sparse, self._edge_values(graph, A))
+        root = getattr(self, self._root, None)
+        if root is not None:
+            out = out + _transform(dense, root.weight, xs)
+        return out
+
+    def _edge_values(self, graph: Graph, A) -> torch.Tensor | None:
+        """``A``'s values as a differentiable function of the graph's edge weights when
+        those need a gradient (else None: the cached ``A.val`` is a constant)."""
+        ew = graph.edge_weight
+        if not self._weighted or ew is None or not ew.requires_grad or not torch.is_grad_enabled():
+            return None
+        w = aggr_edge_weights(graph.edge_index, ew, graph.num_nodes, "sum" if self.aggr == "add" else self.aggr, A.val.dtype)
+        return entry_values(A, graph.edge_index, w)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, aggr={self.aggr!r}, scheme={self.scheme!r}, format={self.format!r}"
+
+
+class SAGEConv(_AggregateLinear):
+    r"""GraphSAGE ``x'_i = W_l aggr_{j -> i} x_j + b + W_r x_i`` (Hamilton et al. 2017)
+    with the aggregated term reordered and cached as GCN's (module docstring).
+
+    A drop-in for ``torch_geometric.nn.SAGEConv`` (its signature, parameters
+    ``lin_l`` (with bias), ``lin_r`` (no bias), ``lin`` with ``project``, init,
+    ``state_dict`` keys, outputs and gradients). Mean aggregation is the SpMM with
+    ``1/deg`` values (a node without in-edges aggregates 0, as PyG); edge weights of
+    a graph are ignored, as PyG's SAGEConv ignores them.
+
+    Args (PyG's, in PyG's order):
+        in_channels: m (an int; bipartite pairs raise :class:`UnsupportedOption`).
+        out_channels: k.
+        aggr: ``"mean"`` (default), ``"sum"`` or ``"add"``; others raise
+            :class:`UnsupportedOption`.
+        normalize: L2-normalise each output row (default False).
+        root_weight: add ``W_r x_i`` (default True).
+        project: aggregate ``relu(lin(x))`` instead of ``x`` (default False).
+        bias: bias of ``lin_l`` (default True).
+        **kwargs: PyG ``MessagePassing`` options, as :class:`corgnn.nn.GCNConv`.
+
+    Keyword-only: ``scheme`` (``"auto"`` or a :data:`corgnn.cost.GCN_SCHEMES` name),
+    ``format`` of ``A`` (``"csr"`` default).
+
+    Shapes: ``x (n, in_channels)`` float (or a corgnn / torch.sparse matrix),
+    ``edge_index (2, q)`` int64, a :class:`corgnn.Graph` or a sparse ``adj_t`` ->
+    ``(n, out_channels)``.
+
+    Raises (before any work): TypeError / ValueError naming the argument, as
+    :class:`corgnn.nn.GCNConv`.
+    """
+
+    def __init__(
+        self, in_channels: int, out_channels: int, aggr: str = "mean", normalize: bool = False, root_weight: bool = True,
+        project: bool = False, bias: bool = True, *, scheme: str = "auto", format: str = "csr", **kwargs,
+    ):
+        super().__init__()
+        self._setup(in_channels, out_channels, aggr, scheme, format, kwargs)
+        self.normalize, self.root_weight, self.project = bool(normalize), bool(root_weight), bool(project)
+        if self.project:  # construction order as PyG's (same seeded initial values)
+            self.lin = Linear(in_channels, in_channels, bias=True)
+        self.lin_l = Linear(in_channels, out_channels, bias=bias)
+        if self.root_weight:
+            self.lin_r = Linear(in_channels, out_channels, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.project:
+            self.lin.reset_parameters()
+        self.lin_l.reset_parameters()
+        if self.root_weight:
+            self.lin_r.reset_parameters()
+
+    def forward(self, x, edge_index, size=None) -> torch.Tensor:
+        """``x (n, in_channels)``, ``edge_index (2, q)`` / Graph / sparse ``adj_t`` -> ``(n, out_channels)``."""
+        self._check_size(size)
+        out = self._forward(x, edge_index)
+        return nn.functional.normalize(out, p=2.0, dim=-1) if self.normalize else out
+
+
+class GraphConv(_AggregateLinear):
+    r"""GraphConv ``x'_i = W_rel sum_{j -> i} e_ji x_j + b + W_root x_i`` (Morris et al.
+    2019), the aggregated term reordered and cached as GCN's (module docstring).
+
+    A drop-in for ``torch_geometric.nn.GraphConv`` (parameters ``lin_rel`` with bias,
+    ``lin_root`` without, init, outputs and gradients, also w.r.t. ``edge_weight``).
+
+    Args (PyG's): ``in_channels`` (int), ``out_channels``, ``aggr`` (``"add"``
+    default, ``"sum"``, ``"mean"``; others raise :class:`UnsupportedOption`),
+    ``bias``, ``**kwargs`` as :class:`corgnn.nn.GCNConv`; keyword-only ``scheme``,
+    ``format`` as :class:`SAGEConv`.
+
+    Shapes: ``x (n, in_channels)``, ``edge_index (2, q)`` (or Graph / sparse
+    ``adj_t``), optional ``edge_weight (q,)`` -> ``(n, out_channels)``.
+
+    Raises (before any work): TypeError / ValueError naming the argument.
+    """
+
+    _agg, _root, _weighted = "lin_rel", "lin_root", True
+
+    def __init__(self, in_channels: int, out_channels: int, aggr: str = "add", bias: bool = True, *, scheme: str = "auto", format: str = "csr", **kwargs):
+        super().__init__()
+        self._setup(in_channels, out_channels, aggr, scheme, format, kwargs)
+        self.lin_rel = Linear(in_channels, out_channels, bias=bias)
+        self.lin_root = Linear(in_channels, out_channels, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin_rel.reset_parameters()
+        self.lin_root.reset_parameters()
+
+    def forward(self, x, edge_index, edge_weight: torch.Tensor | None = None, size=None) -> torch.Tensor:
+        """``x (n, in_channels)``, ``edge_index (2, q)`` / Graph / sparse ``adj_t``,
+        optional ``edge_weight (q,)`` -> ``(n, out_channels)``."""
+        self._check_size(size)
+        return self._forward(x, edge_index, edge_weight)

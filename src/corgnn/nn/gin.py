@@ -1,0 +1,183 @@
+"""GIN: ``nn((1 + eps) x_i + sum_{j -> i} x_j)`` with the first Linear of ``nn`` reordered.
+
+With ``nn`` starting with a Linear ``W x + b`` (a ``torch.nn.Sequential`` whose first
+module is one, or PyG's ``MLP``), ``W((1 + eps) X + A X) + b = (A + (1 + eps) I) X W^T + b``
+is the GCN product for the matrix ``A + (1 + eps) I`` (Xu et al. 2019; paper
+§"Analysis of the GCN Computational Graph"): it runs
+:class:`~corgnn.functional.gcn.GCNFunction` under the scheme
+:func:`~corgnn.cost.gcn.plan_gcn` picks, so the Linear moves before the aggregation
+(transform-first: the SpMM on ``k`` columns) when that is cheaper. A trainable
+``eps`` enters as the diagonal values of that matrix; its gradient is the sum of
+the diagonal of the SDDMM ``dL/dA'`` the Function already computes. The rest of
+``nn`` then runs as is.
+"""
+
+from __future__ import annotations
+
+import weakref
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch_geometric.nn.dense.linear import Linear as PygLinear
+from torch_geometric.nn.inits import reset
+
+from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
+from ..functional.gcn import GCNFunction
+from ..graph import Graph, GraphCache
+from ..sparse.ops import spmm
+from ..sparse.registry import check_format_name
+from .gcn import _FeatureCache, _LayerInputs, _SparseView, check_message_passing_kwargs
+
+__all__ = ["GINConv"]
+
+_LINEARS = (nn.Linear, PygLinear)
+_IDENTITY = nn.Identity()
+
+
+def first_linear(module: nn.Module) -> tuple[nn.Module | None, str | None] | None:
+    """``(container, key)`` of the Linear that ``module`` applies first to its input:
+    the first module of a ``torch.nn.Sequential``, ``lins[0]`` of PyG's ``MLP``,
+    ``(None, None)`` when ``module`` is a Linear itself; None for any other module
+    (its first operation is not known)."""
+    from torch_geometric.nn.models import MLP
+
+    if isinstance(module, _LINEARS):
+        return None, None
+    if type(module) is nn.Sequential and len(module) and isinstance(module[0], _LINEARS):
+        return module, next(iter(module._modules))
+    if type(module) is MLP and isinstance(module.lins[0], _LINEARS):
+        return module.lins, "0"
+    return None
+
+
+def _linear_at(module: nn.Module, slot) -> nn.Module:
+    return module if slot[0] is None else slot[0]._modules[slot[1]]
+
+
+@contextmanager
+def _without(container: nn.Module, key: str):
+    """``container``'s module ``key`` replaced by an identity for the duration (its
+    output is computed already); restored on exit, also on an exception."""
+    kept = container._modules[key]
+    container._modules[key] = _IDENTITY
+    try:
+        yield
+    finally:
+        container._modules[key] = kept
+
+
+class GINConv(_LayerInputs, nn.Module):
+    r"""Graph isomorphism operator ``x'_i = nn((1 + eps) x_i + sum_{j -> i} x_j)``
+    (Xu et al. 2019) with ``nn``'s first Linear planned as a GCN product (module
+    docstring).
+
+    A drop-in for ``torch_geometric.nn.GINConv``: its signature, ``nn`` and ``eps``
+    (a Parameter with ``train_eps``, else a buffer), outputs and gradients (also
+    w.r.t. ``eps``). Without a leading Linear in ``nn`` the aggregation runs first
+    as one SpMM with ``A + (1 + eps) I``, then ``nn``. Edge weights of a graph are
+    ignored, as PyG's GINConv ignores them. While the layer runs, ``nn``'s first
+    Linear is swapped for an identity (its product is computed here), so hooks on
+    that Linear module do not run and ``nn`` must not run concurrently elsewhere.
+
+    Args (PyG's): ``nn`` a module mapping ``(n, in)`` to ``(n, out)``; ``eps``
+    initial value (default 0); ``train_eps`` (default False); ``**kwargs`` as
+    :class:`corgnn.nn.GCNConv` (``aggr="add"/"sum"`` only).
+    Keyword-only: ``scheme`` (``"auto"`` or a :data:`corgnn.cost.GCN_SCHEMES` name),
+    ``format`` of the matrix (``"csr"`` default).
+
+    Shapes: ``x (n, in)`` float (or a corgnn / torch.sparse matrix with a leading
+    Linear), ``edge_index (2, q)`` / Graph / sparse ``adj_t`` -> ``nn``'s output.
+
+    Raises (before any work): TypeError / ValueError naming the argument.
+    """
+
+    def __init__(self, nn: torch.nn.Module, eps: float = 0.0, train_eps: bool = False, *, scheme: str = "auto", format: str = "csr", **kwargs):
+        super().__init__()
+        check_message_passing_kwargs(type(self).__name__, kwargs)
+        if scheme != "auto":
+            parse_scheme(scheme)
+        check_format_name(format, allow_auto=False)
+        self.nn = nn
+        self.initial_eps = float(eps)
+        if train_eps:
+            self.eps = torch.nn.Parameter(torch.empty(1))
+        else:
+            self.register_buffer("eps", torch.empty(1))
+        self.scheme, self.format = scheme, format
+        self._graphs = GraphCache()
+        self._features = _FeatureCache()
+        self._diag = (None, None)  # (weakref to the matrix, its diagonal-entry mask)
+        self.last_plan: GCNPlan | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset(self.nn)
+        self.eps.data.fill_(self.initial_eps)
+
+    @property
+    def in_channels(self) -> int | None:
+        slot = first_linear(self.nn)
+        return None if slot is None else _linear_at(self.nn, slot).weight.size(1)
+
+    def _dtype_param(self) -> torch.Tensor | None:
+        slot = first_linear(self.nn)
+        return None if slot is None else _linear_at(self.nn, slot).weight
+
+    def sparse_features_allowed(self) -> bool:
+        return first_linear(self.nn) is not None
+
+    def adjacency(self, graph: Graph, dtype: torch.dtype):
+        """The pattern of ``A + I`` with ``A``'s values (0 on a diagonal without a
+        self-loop), cached on ``graph``."""
+        return graph.aggr_adjacency("sum", dtype=dtype, weighted=False, diagonal=True, format=self.format)
+
+    def _values(self, A) -> torch.Tensor:
+        """Values of ``A + (1 + eps) I`` in ``A``'s entry order (differentiable w.r.t. ``eps``)."""
+        ref, mask = self._diag
+        if ref is None or ref() is not A:
+            coo = A.to_coo()
+            mask = (coo.row == coo.col).to(A.val.dtype)
+            self._diag = (weakref.ref(A), mask)
+        return A.val + (1 + self.eps.to(A.val.dtype)) * mask
+
+    def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan | None:
+        """The scheme of ``(A + (1 + eps) I) x W^T + b`` (``W``, ``b``: ``nn``'s first
+        Linear) for ``x`` on ``graph`` now; None without a leading Linear."""
+        slot = first_linear(self.nn)
+        if slot is None:
+            return None
+        W = _linear_at(self.nn, slot).weight
+        A = self.adjacency(graph, x.dtype)
+        dense = isinstance(x, torch.Tensor)
+        x_grad = dense and x.requires_grad
+        training = self._backward_will_run(x_grad)
+        return plan_gcn(
+            graph.num_nodes, A.nnz, W.size(1), W.size(0), input_grad=training and x_grad,
+            training=training, scheme=self.scheme, candidates=GCN_SCHEMES if dense else GCN_SCHEMES[:1], x_nnz=x_nnz,
+        )
+
+    def forward(self, x, edge_index, size=None) -> torch.Tensor:
+        """``x (n, in)``, ``edge_index (2, q)`` / Graph / sparse ``adj_t`` -> ``nn``'s output ``(n, out)``."""
+        if size is not None:
+            from .gcn import UnsupportedOption
+
+            raise UnsupportedOption(f"GINConv: size={size!r} (bipartite message passing) is not supported by corgnn")
+        graph, dense, xs, dtype = self._inputs(x, edge_index)
+        A = self.adjacency(graph, dtype)
+        values = self._values(A)
+        slot = first_linear(self.nn)
+        if slot is None:
+            self.last_plan = None
+            return self.nn(spmm(A, dense, values=values))
+        lin = _linear_at(self.nn, slot)
+        plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
+        self.last_plan = plan
+        h = GCNFunction.apply(dense, lin.weight, lin.bias, A, plan.scheme, xs, values)
+        if slot[0] is None:  # nn is the Linear
+            return h
+        with _without(*slot):
+            return self.nn(h)
+
+    def extra_repr(self) -> str:
+        return f"scheme={self.scheme!r}, format={self.format!r}"
