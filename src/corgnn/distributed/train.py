@@ -69,6 +69,8 @@ def _sum(values: list[float], device) -> list[float]:
 def _check(cfg: TrainConfig) -> TrainConfig:
     """``cfg`` resolved, or a ValueError for what partitioned training does not run."""
     cfg = cfg.resolved()
+    if cfg.model not in ("gcn", "gat"):
+        raise ValueError(f"distributed training runs the gcn and gat models, got model={cfg.model!r}")
     if cfg.model == "gat" and cfg.scheme != "auto":
         raise ValueError(f"distributed GAT runs one scheme (autograd attention over the halo of XΘ); got scheme={cfg.scheme!r}")
     if cfg.format != "csr":
