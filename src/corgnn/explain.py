@@ -119,6 +119,11 @@ def run(args) -> int:
         sparse_note = f", features used as a sparse matrix ({x_nnz} non-zeros)" if x_nnz is not None else ""
         print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}{sparse_note}, 2-layer GCN hidden={args.hidden}\n")
         print(explain_gcn(n, q, [(m, args.hidden, False, x_nnz), (args.hidden, c, True)], args.scheme))
+        if x_nnz is not None:
+            from .cost.features import plan_feature_conversion
+
+            for uses, what in ((None, "the dataset's x (reused every step)"), (1, "a new tensor every step (e.g. after a dropout)")):
+                print(f"{what}: " + plan_feature_conversion(n, m, x_nnz, args.hidden, training=True, uses=uses).line())
         if args.adjacency == "raw":
             stats, what = _raw_stats(g), "raw input edges (no self-loops, as the paper's tables)"
         else:

@@ -17,8 +17,8 @@ Variants, each its own model built from the same seed: ``pyg`` (the script as
 published), ``optimize`` (one ``model = corgnn.optimize(model)`` line before the
 optimizer) and ``optimize-no-rewrite`` (``optimize(model,
 sparse_input_dropout=False)``). They run in the same process, alternating: each of
-``--rounds`` x ``--epochs`` timed epochs runs one epoch of every variant in turn
-(after ``--warmup`` untimed epochs each), and the reported time per epoch is the median
+``--epochs`` timed epochs runs one epoch of every variant in turn (after
+``--warmup`` untimed epochs each), and the reported time per epoch is the median
 over all timed epochs; ``speed-up = pyg / variant`` (> 1: faster with corgnn).
 Output: ``results.json`` and ``summary.md`` under ``--out``.
 """
@@ -125,7 +125,7 @@ def build_client(script: str, variant: str, data, seed: int = 0):
     return model, optimizer, epoch
 
 
-def measure(script: str, data, *, rounds: int = 5, epochs: int = 10, warmup: int = 3, variants=VARIANTS) -> dict:
+def measure(script: str, data, *, epochs: int = 50, warmup: int = 3, variants=VARIANTS) -> dict:
     """Per-epoch times (ms) of every variant of ``script``, alternating in one process.
 
     Returns ``{variant: {"median_ms", "min_ms", "max_ms", "epochs", "final_loss",
@@ -136,12 +136,11 @@ def measure(script: str, data, *, rounds: int = 5, epochs: int = 10, warmup: int
     for v in variants:
         for _ in range(warmup):
             runs[v][2]()
-    for _ in range(rounds):
-        for _ in range(epochs):  # (one epoch of each variant in turn: they share the machine's load)
-            for v in variants:
-                t0 = time.perf_counter()
-                last[v] = runs[v][2]()
-                times[v].append((time.perf_counter() - t0) * 1e3)
+    for _ in range(epochs):  # (one epoch of each variant in turn: they share the machine's load)
+        for v in variants:
+            t0 = time.perf_counter()
+            last[v] = runs[v][2]()
+            times[v].append((time.perf_counter() - t0) * 1e3)
     out = {}
     for v in variants:
         med = statistics.median(times[v])
@@ -153,8 +152,7 @@ def measure(script: str, data, *, rounds: int = 5, epochs: int = 10, warmup: int
 
 def add_arguments(p) -> None:
     p.add_argument("--scripts", nargs="+", choices=SCRIPTS, default=list(SCRIPTS), help="example scripts to run (default both)")
-    p.add_argument("--rounds", type=int, default=5, help="alternation rounds (default 5)")
-    p.add_argument("--epochs", type=int, default=10, help="timed epochs per variant and round (default 10)")
+    p.add_argument("--epochs", type=int, default=50, help="timed epochs per variant (default 50)")
     p.add_argument("--warmup", type=int, default=3, help="untimed epochs per variant first (default 3)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results/clients-<time>)")
 
@@ -164,7 +162,7 @@ def _summary(results: dict, info: dict, args) -> str:
         "# corgnn bench clients: PyG's examples/gcn.py and gat.py on Cora, CPU",
         "",
         f"{info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['torch_threads']} threads), PyG {info['pyg']}. "
-        f"Epoch = train() + test(); median of {args.rounds} x {args.epochs} epochs per variant, one epoch of each variant in turn, "
+        f"Epoch = train() + test(); median of {args.epochs} epochs per variant, one epoch of each variant in turn, "
         f"after {args.warmup} warm-up epochs.",
         "",
         "| script | variant | ms / epoch (median) | min-max | speed-up vs PyG | final train loss |",
@@ -180,7 +178,7 @@ def run(args) -> int:
     from .harness import machine_info
 
     data = load_cora()
-    results = {s: measure(s, data, rounds=args.rounds, epochs=args.epochs, warmup=args.warmup) for s in args.scripts}
+    results = {s: measure(s, data, epochs=args.epochs, warmup=args.warmup) for s in args.scripts}
     info = machine_info("cpu")
     out = args.out or Path("benchmarks/results") / f"clients-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
