@@ -51,13 +51,16 @@ class _FeatureCheck:
     or NumPy). Subclasses derive more per-version state in :meth:`derive`. The
     state is never pickled or deep-copied: a copy starts empty.
 
-    ``uses`` counts the calls that got the current tensor version (1 on a new one)."""
+    Two tensors are kept (a training step's features and the evaluation's ``x``
+    alternate in a script with an input dropout); a new one replaces the one with
+    fewer calls. ``previous_seen_once``: the tensor that came before the current
+    new one was used by a single call."""
+
+    SLOTS = 2
 
     def __init__(self):
-        self._ref = None
-        self._state_key = None
-        self._state = None
-        self.uses = 0
+        self._slots: list[list] = []  # [weakref, tensor_state, derived state, calls], newest first
+        self.previous_seen_once = False
 
     def __reduce__(self):
         return (type(self), ())
@@ -66,13 +69,16 @@ class _FeatureCheck:
         """Validate ``x (num_nodes, channels)`` and return its derived state; ``width``
         and ``training`` describe the layer reading it (see :meth:`derive`)."""
         key = tensor_state(x)
-        if self._ref is not None and self._ref() is x and key == self._state_key:
-            self.uses += 1
-            return self._state
+        for slot in self._slots:
+            if slot[0]() is x and slot[1] == key:
+                slot[3] += 1
+                return slot[2]
         check_features("x", x, num_nodes, channels)
+        self.previous_seen_once = bool(self._slots) and self._slots[0][3] == 1
         state = self.derive(x, width, training)
-        self._ref, self._state_key, self._state = weakref.ref(x), key, state
-        self.uses = 1
+        if len(self._slots) >= self.SLOTS:
+            self._slots.remove(min(reversed(self._slots), key=lambda s: s[3]))  # fewest calls, oldest first
+        self._slots.insert(0, [weakref.ref(x), key, state, 1])
         return state
 
     def derive(self, x: torch.Tensor, width: int | None, training: bool):
@@ -99,7 +105,7 @@ class _FeatureCache(_FeatureCheck):
             return None
         n, m = x.shape
         limit = int(SPARSE_FEATURE_DENSITY * x.numel())
-        seen_once = self._ref is not None and self.uses == 1 and width is not None
+        seen_once = self.previous_seen_once and width is not None
         if seen_once:
             from ..cost.features import plan_feature_conversion
 
