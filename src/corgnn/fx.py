@@ -21,8 +21,8 @@ is never patched.
 What is rewritten: ``F.dropout`` / ``torch.dropout`` / ``torch.nn.functional.dropout``
 calls and ``nn.Dropout`` modules whose input is an argument of ``forward`` and which
 are active in training mode (not in place). A model that cannot be traced
-(data-dependent control flow, ``*args``, ...) is left unchanged with a warning that
-says why. Python values read at trace time (``self.training``, other attributes,
+(data-dependent control flow, ``*args``, ...) is left unchanged, with a warning
+that says why when its forward may apply a dropout. Python values read at trace time (``self.training``, other attributes,
 shapes) are fixed in the rewritten training forward: changing such an attribute
 later needs ``optimize`` again.
 """
@@ -30,6 +30,7 @@ later needs ``optimize`` again.
 from __future__ import annotations
 
 import importlib
+import inspect
 import operator
 import types
 import warnings
@@ -160,11 +161,23 @@ def _takes_sparse(user: fx.Node, node: fx.Node, root: nn.Module) -> bool:
     return first is node and not any(node in fx.node.map_arg(a, lambda n: [n]) if isinstance(a, fx.Node) else False for a in others)
 
 
+def _may_drop_out(module: nn.Module) -> bool:
+    """Whether an untraceable ``module``'s forward might apply a dropout: a direct
+    ``nn.Dropout`` child, or "dropout" in its source (True when that is unreadable)."""
+    if any(isinstance(m, nn.Dropout) for m in module.children()):
+        return True
+    try:
+        return "dropout" in inspect.getsource(type(module).forward).lower()
+    except (OSError, TypeError):
+        return True
+
+
 def rewrite_input_dropout(module: nn.Module) -> int:
     """Rewrite the dropouts of ``module``'s inputs into :class:`InputDropout` sites
     (see the module docstring); returns how many were rewritten (0: ``module`` is
     unchanged). Warns (``UserWarning``) and leaves ``module`` unchanged when its
-    ``forward`` cannot be traced.
+    ``forward`` cannot be traced and may apply a dropout (silently when it has no
+    ``nn.Dropout`` child and its source does not mention dropout).
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
@@ -176,6 +189,8 @@ def rewrite_input_dropout(module: nn.Module) -> int:
         graph = _LeafTracer().trace(module)
     except Exception as e:  # noqa: BLE001 - any tracing failure leaves the model as it is
         module.train(was_training)
+        if not _may_drop_out(module):
+            return 0  # (nothing to rewrite was lost: no warning)
         warnings.warn(
             f"corgnn.optimize: input dropout left as it is: torch.fx cannot trace {type(module).__name__}.forward "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", stacklevel=3,

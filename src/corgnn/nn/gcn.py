@@ -518,7 +518,7 @@ class GCNConv(_LayerInputs, nn.Module):
         x2 = x.reshape(B, n, m).permute(1, 0, 2).reshape(n, B * m)
         graph = self._graphs(edge_index, edge_weight, n)
         _check_value_grad(graph)
-        self._features(x2, graph.num_nodes, B * m)
+        check_features("x", x2, graph.num_nodes, B * m)  # (x2 is a new tensor every call: nothing to cache)
         if x.device != graph.device:
             raise ValueError(f"x is on {x.device} but edge_index is on {graph.device}")
         if self.lin.weight.dtype != x.dtype:
