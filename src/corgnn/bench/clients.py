@@ -158,6 +158,7 @@ def add_arguments(p) -> None:
     p.add_argument("--scripts", nargs="+", choices=SCRIPTS, default=list(SCRIPTS), help="example scripts to run (default both)")
     p.add_argument("--epochs", type=int, default=50, help="timed epochs per variant (default 50)")
     p.add_argument("--warmup", type=int, default=3, help="untimed epochs per variant first (default 3)")
+    p.add_argument("--threads", type=int, default=None, help="torch and Numba threads (default: as installed)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results/clients-<time>)")
 
 
@@ -181,6 +182,11 @@ def _summary(results: dict, info: dict, args) -> str:
 def run(args) -> int:
     from .harness import machine_info
 
+    if args.threads:
+        import numba
+
+        torch.set_num_threads(args.threads)
+        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     data = load_cora()
     results = {s: measure(s, data, epochs=args.epochs, warmup=args.warmup) for s in args.scripts}
     info = machine_info("cpu")

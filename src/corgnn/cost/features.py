@@ -5,7 +5,8 @@ A layer can run the products that read its input features ``X (n, m)`` as SpMMs 
 fused-propagate backward ``X^T P`` (``Θ (m, k)``, ``P (n, k)``; see
 :mod:`corgnn.cost.gcn`). That saves ``t_dense - t_sparse`` per use, but the
 conversion itself reads ``X`` twice (count the non-zeros per row, then fill the CSR:
-:func:`corgnn.nn.gcn.dense_to_csr`) and writes the CSR. Constant features (a
+:func:`corgnn.nn.gcn.dense_to_csr`), writes the CSR and, in training, sorts its
+entries once more for the transposed product ``X^T P`` (a CSC permutation). Constant features (a
 dataset's ``x``) are converted once and used every step; a tensor that is new on
 every call (e.g. the output of a dropout) is used once, so it is converted only
 when one use saves more than the conversion costs.
@@ -16,6 +17,7 @@ Times come from the same :class:`~corgnn.cost.gcn.MachineModel` as the scheme pl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .gcn import MachineModel, _gemm_cost, _spmm_cost
@@ -29,7 +31,8 @@ class ConversionPlan:
 
     Attributes:
         convert: use the CSR of ``X`` (True) or keep ``X`` dense.
-        conversion_s: the dense-to-CSR conversion (two reads of ``X``, one CSR write).
+        conversion_s: the dense-to-CSR conversion (two reads of ``X``, one CSR write,
+            in training the transposition sort).
         dense_s, sparse_s: the products reading ``X`` in one call, dense vs sparse.
         uses: calls the conversion is paid over (None: reused, cost amortised).
         reason: one line saying why.
@@ -78,7 +81,10 @@ def plan_feature_conversion(
     t = lambda fb: fb[0] / mm.flop_rate + fb[1] / mm.bandwidth  # noqa: E731
     dense_s = passes * t(_gemm_cost(n, m, k, mm))
     sparse_s = t(_spmm_cost(nnz, n, m, k, mm)) + (t(_spmm_cost(nnz, m, n, k, mm)) if training else 0.0)
-    conversion_s = (2 * n * m * mm.value_bytes + nnz * (mm.index_bytes + mm.value_bytes) + (n + 1) * mm.index_bytes) / mm.bandwidth
+    conversion_bytes = 2 * n * m * mm.value_bytes + nnz * (mm.index_bytes + mm.value_bytes) + (n + 1) * mm.index_bytes
+    if training and nnz > 1:  # the transposed plan of X^T P: a sort, ~log2(nnz) passes over keys and permutation
+        conversion_bytes += math.ceil(math.log2(nnz)) * nnz * 2 * mm.index_bytes
+    conversion_s = conversion_bytes / mm.bandwidth
     saving = dense_s - sparse_s
     if uses is None:
         convert = saving > 0

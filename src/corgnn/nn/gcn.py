@@ -104,7 +104,9 @@ class _FeatureCache(_FeatureCheck):
         if x.requires_grad or not x.numel():
             return None
         n, m = x.shape
-        limit = int(SPARSE_FEATURE_DENSITY * x.numel())
+        limit = int(max(SPARSE_FEATURE_DENSITY, 0.0) * x.numel())  # (benchmarks set a negative density: never sparse)
+        if limit == 0:
+            return None
         seen_once = self.previous_seen_once and width is not None
         if seen_once:
             from ..cost.features import plan_feature_conversion
