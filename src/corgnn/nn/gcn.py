@@ -77,7 +77,7 @@ class _FeatureCheck:
         self.previous_seen_once = bool(self._slots) and self._slots[0][3] == 1
         state = self.derive(x, width, training)
         if len(self._slots) >= self.SLOTS:
-            self._slots.remove(min(reversed(self._slots), key=lambda s: s[3]))  # fewest calls, oldest first
+            del self._slots[max(range(len(self._slots)), key=lambda i: (-self._slots[i][3], i))]  # fewest calls, oldest first
         self._slots.insert(0, [weakref.ref(x), key, state, 1])
         return state
 
