@@ -65,6 +65,11 @@ class _FeatureCheck:
     def __reduce__(self):
         return (type(self), ())
 
+    @property
+    def newest(self):
+        """State derived for the newest tensor seen (None before the first call)."""
+        return self._slots[0][2] if self._slots else None
+
     def __call__(self, x: torch.Tensor, num_nodes: int, channels: int, width: int | None = None, training: bool = True):
         """Validate ``x (num_nodes, channels)`` and return its derived state; ``width``
         and ``training`` describe the layer reading it (see :meth:`derive`)."""
