@@ -249,7 +249,7 @@ def test_sparse_features_match_pyg(cora):
     g = torch.randn(cora.num_nodes, 16)
     o1, g1 = run(ref, cora.x, cora.edge_index, None, g)
     o2, g2 = run(ours, cora.x, cora.edge_index, None, g)
-    assert ours._features._state is not None and ours.last_plan.x_nnz == int((cora.x != 0).sum())
+    assert ours._features.newest is not None and ours.last_plan.x_nnz == int((cora.x != 0).sum())
     torch.testing.assert_close(o2, o1, rtol=1e-4, atol=1e-5)
     for a, b in zip(g2, g1):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
@@ -265,7 +265,7 @@ def test_sparse_features_every_scheme_float64(scheme):
     g = torch.randn(n, 4, dtype=torch.float64)
     o1, g1 = run(ref, x, ei, None, g)
     o2, g2 = run(ours, x, ei, None, g)
-    assert ours._features._state is not None
+    assert ours._features.newest is not None
     torch.testing.assert_close(o2, o1, rtol=1e-12, atol=1e-12)
     for a, b in zip(g2, g1):
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
@@ -292,7 +292,7 @@ def test_gcn_model_sparse_dropout_matches_dense_dropout_statistics(cora):
     model = GCN(cora.x.size(1), 16, 7, dropout=0.5).train()
     torch.manual_seed(0)
     out = model(cora.x, cora.edge_index)
-    assert model.conv1._features._state is not None  # sparse input path taken
+    assert model.conv1._features.newest is not None  # sparse input path taken
     out.sum().backward()
     assert model.conv1.lin.weight.grad is not None and torch.isfinite(model.conv1.lin.weight.grad).all()
     model.eval()

@@ -168,6 +168,11 @@ def run(args) -> int:
         print(explain_gcn(n, q, [(m, args.hidden, False, x_nnz), (args.hidden, c, True)], args.scheme))
         if args.nproc is not None:
             print("\n" + explain_partitioned(g, [(m, args.hidden, False), (args.hidden, c, True)], args.nproc, args.partition, args.network_gbps))
+        if x_nnz is not None:
+            from .cost.features import plan_feature_conversion
+
+            for uses, what in ((None, "the dataset's x (reused every step)"), (1, "a new tensor every step (e.g. after a dropout)")):
+                print(f"{what}: " + plan_feature_conversion(n, m, x_nnz, args.hidden, training=True, uses=uses).line())
         if args.adjacency == "raw":
             stats, what = _raw_stats(g), "raw input edges (no self-loops, as the paper's tables)"
         else:

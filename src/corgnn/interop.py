@@ -280,9 +280,11 @@ class _ConvertAfterFirstCall:
                 setattr(parent, name, new)
 
 
-def optimize(module: nn.Module) -> nn.Module:
+def optimize(module: nn.Module, *, sparse_input_dropout: bool = True) -> nn.Module:
     """Replace every PyG ``GCNConv``, ``GATConv``, ``SAGEConv``, ``GraphConv``,
-    ``GINConv``, ``SGConv`` and ``APPNP`` inside ``module`` by corgnn's.
+    ``GINConv``, ``SGConv`` and ``APPNP`` inside ``module`` by corgnn's, and
+    (``sparse_input_dropout``) rewrite a dropout of a mostly-zero model input into a
+    dropout over its non-zeros.
 
     The replacements hold the PyG layers' own ``Parameter`` objects (not copies), so
     ``requires_grad`` (frozen parameters stay frozen), device, dtype, weight tying,
@@ -304,8 +306,19 @@ def optimize(module: nn.Module) -> nn.Module:
     unchanged with a warning (there is no parent to swap it in); call ``optimize``
     again after its first forward.
 
+    Input dropout (:mod:`corgnn.fx`, README "optimize() and input dropout"): with
+    ``sparse_input_dropout=True`` (default) the model's ``forward`` is traced with
+    ``torch.fx`` and each active ``F.dropout``/``torch.dropout``/``nn.Dropout``
+    applied directly to one of its inputs runs, in training mode, over that input's
+    non-zeros when it is at most ``corgnn.nn.gcn.SPARSE_FEATURE_DENSITY`` non-zero
+    (and hands a corgnn layer its sparse features directly). Same distribution as
+    PyTorch's dropout, a different random stream; eval mode runs the model's own
+    ``forward``. A model ``torch.fx`` cannot trace keeps its forward (warning).
+
     Args:
         module: any ``torch.nn.Module``; a bare PyG layer returns its replacement.
+        sparse_input_dropout: apply the input-dropout rewrite (default True);
+            False leaves the model's ``forward`` untouched.
 
     Returns:
         ``module`` itself, modified in place (or the replacement of a bare layer).
@@ -364,4 +377,8 @@ def optimize(module: nn.Module) -> nn.Module:
     if top is not None:
         return top
     walk(module)
+    if sparse_input_dropout:
+        from .fx import rewrite_input_dropout
+
+        rewrite_input_dropout(module)
     return module

@@ -1,7 +1,9 @@
 """``corgnn bench EXPERIMENT [options]``: benchmark experiments against PyG.
 
 Subcommands: ``spmm`` (the kernel-level benchmark of :mod:`corgnn.bench.spmm`, with
-its own options), ``distributed`` (:mod:`corgnn.bench.distributed`, its own options), one per spec of :data:`corgnn.bench.experiments.EXPERIMENTS`
+its own options), ``distributed`` (:mod:`corgnn.bench.distributed`, its own options),
+``clients`` (PyG's example scripts, :mod:`corgnn.bench.clients`), one per spec of
+:data:`corgnn.bench.experiments.EXPERIMENTS`
 (options of :func:`corgnn.bench.runner.add_common_arguments`), ``all`` (every spec
 into one directory) and ``report DIR`` (rebuild ``summary.md`` and the plots).
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from . import distributed, runner, spmm
+from . import clients, distributed, runner, spmm
 from .experiments import EXPERIMENTS
 
 
@@ -21,8 +23,11 @@ def _report_arguments(p) -> None:
 
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="experiment", required=True, metavar="EXPERIMENT")
-    commands = [("spmm", "SpMM/SDDMM of every sparse format vs torch.sparse and PyG scatter", spmm.add_arguments, spmm.run)]
-    commands += [("distributed", "halo bytes and epoch time of partitioned GCN training, 1..N local processes", distributed.add_arguments, distributed.run)]
+    commands = [
+        ("spmm", "SpMM/SDDMM of every sparse format vs torch.sparse and PyG scatter", spmm.add_arguments, spmm.run),
+        ("distributed", "halo bytes and epoch time of partitioned GCN training, 1..N local processes", distributed.add_arguments, distributed.run),
+        ("clients", "PyG's examples/gcn.py and gat.py on Cora with and without optimize()", clients.add_arguments, clients.run),
+    ]
     commands += [(e.name, e.help, runner.add_common_arguments, partial(runner.run_experiments, [e])) for e in EXPERIMENTS]
     commands += [
         ("all", "every experiment above except spmm, into one directory", runner.add_common_arguments, partial(runner.run_experiments, list(EXPERIMENTS))),

@@ -15,7 +15,7 @@ from ..cost.io import choose_format
 from ..functional.gcn import GCNFunction, gcn_values
 from ..graph import Graph, GraphCache, compiled_gcn_adjacency, is_sparse_adjacency, tensor_state
 from ..interop import from_torch_sparse
-from ..sparse.formats import CSR, SparseFormat
+from ..sparse.formats import CSR, SparseFormat, _ptr_from_sorted
 from ..sparse.registry import check_format_name
 
 __all__ = ["GCNConv", "GCN", "dropout", "UnsupportedOption", "check_message_passing_kwargs"]
@@ -49,44 +49,130 @@ class _FeatureCheck:
     new ``.data``, is checked again: :func:`corgnn.graph.tensor_state`, with the
     same limit as :class:`corgnn.graph.GraphCache` for writes through ``x.data[...]``
     or NumPy). Subclasses derive more per-version state in :meth:`derive`. The
-    state is never pickled or deep-copied: a copy starts empty."""
+    state is never pickled or deep-copied: a copy starts empty.
+
+    Two tensors are kept (a training step's features and the evaluation's ``x``
+    alternate in a script with an input dropout); a new one replaces the one with
+    fewer calls. ``previous_seen_once``: the tensor that came before the current
+    new one was used by a single call."""
+
+    SLOTS = 2
 
     def __init__(self):
-        self._ref = None
-        self._state_key = None
-        self._state = None
+        self._slots: list[list] = []  # [weakref, tensor_state, derived state, calls], newest first
+        self.previous_seen_once = False
 
     def __reduce__(self):
         return (type(self), ())
 
-    def __call__(self, x: torch.Tensor, num_nodes: int, channels: int):
+    @property
+    def newest(self):
+        """State derived for the newest tensor seen (None before the first call)."""
+        return self._slots[0][2] if self._slots else None
+
+    def __call__(self, x: torch.Tensor, num_nodes: int, channels: int, width: int | None = None, training: bool = True):
+        """Validate ``x (num_nodes, channels)`` and return its derived state; ``width``
+        and ``training`` describe the layer reading it (see :meth:`derive`)."""
         key = tensor_state(x)
-        if self._ref is not None and self._ref() is x and key == self._state_key:
-            return self._state
+        for slot in self._slots:
+            if slot[0]() is x and slot[1] == key:
+                slot[3] += 1
+                return slot[2]
         check_features("x", x, num_nodes, channels)
-        state = self.derive(x)
-        self._ref, self._state_key, self._state = weakref.ref(x), key, state
+        self.previous_seen_once = bool(self._slots) and self._slots[0][3] == 1
+        state = self.derive(x, width, training)
+        if len(self._slots) >= self.SLOTS:
+            del self._slots[max(range(len(self._slots)), key=lambda i: (-self._slots[i][3], i))]  # fewest calls, oldest first
+        self._slots.insert(0, [weakref.ref(x), key, state, 1])
         return state
 
-    def derive(self, x: torch.Tensor):
+    def derive(self, x: torch.Tensor, width: int | None, training: bool):
         return None
 
 
 class _FeatureCache(_FeatureCheck):
-    """Also keeps the CSR of constant features (no grad) that are mostly zeros,
-    converted once per tensor version like the adjacency; ``None`` = use dense."""
+    """Also keeps the CSR of constant features (no grad) that are at most
+    :data:`SPARSE_FEATURE_DENSITY` non-zero, converted once per tensor version like
+    the adjacency; ``None`` = use dense.
 
-    def derive(self, x: torch.Tensor) -> "CSR | None":
+    When the previous tensor was used by one call only (features arrive as a new
+    tensor every call, e.g. a dropout's output), a new one is converted only if
+    :func:`corgnn.cost.plan_feature_conversion` says one call's saving covers the
+    conversion for a layer of ``width`` output columns (``last_conversion``
+    keeps that plan); without ``width`` the features count as reused."""
+
+    def __init__(self):
+        super().__init__()
+        self.last_conversion = None
+
+    def derive(self, x: torch.Tensor, width: int | None, training: bool) -> "CSR | None":
         if x.requires_grad or not x.numel():
             return None
-        nnz = int(torch.count_nonzero(x))
-        return dense_to_csr(x, nnz) if nnz <= SPARSE_FEATURE_DENSITY * x.numel() else None
+        n, m = x.shape
+        limit = int(max(SPARSE_FEATURE_DENSITY, 0.0) * x.numel())  # (benchmarks set a negative density: never sparse)
+        if limit == 0:
+            return None
+        seen_once = self.previous_seen_once and width is not None
+        if seen_once:
+            from ..cost.features import plan_feature_conversion
+
+            # the best case (no non-zeros) first: skip counting when even that loses
+            if not plan_feature_conversion(n, m, 0, width, training=training, uses=1).convert:
+                self.last_conversion = plan_feature_conversion(n, m, limit, width, training=training, uses=1)
+                return None
+        ptr = _row_pointer(x)
+        nnz = int(ptr[-1])
+        if nnz > limit:
+            return None
+        if seen_once:
+            self.last_conversion = plan_feature_conversion(n, m, nnz, width, training=training, uses=1)
+            if not self.last_conversion.convert:
+                return None
+        return dense_to_csr(x, ptr)
 
 
-def dense_to_csr(x: torch.Tensor, nnz: int | None = None) -> CSR:
-    """CSR ``(n, m)`` of a dense matrix's non-zeros (values copied, x untouched)."""
-    row, col = x.nonzero(as_tuple=True) if nnz is None or nnz else (x.new_empty(0, dtype=torch.long),) * 2
-    return CSR.from_coo(row, col, x[row, col], tuple(x.shape))
+_NUMBA_DTYPES = (torch.float32, torch.float64)
+
+
+def _row_pointer(x: torch.Tensor) -> torch.Tensor:
+    """CSR row pointer ``(n+1,)`` int64 of dense ``x (n, m)``'s non-zeros (one read:
+    the parallel Numba row count on CPU for float32/float64, ``count_nonzero`` else)."""
+    n = x.size(0)
+    ptr = torch.zeros(n + 1, dtype=torch.long)
+    if x.device.type == "cpu" and x.dtype in _NUMBA_DTYPES:
+        from ..sparse.backends.numba_kernels import dense_row_counts
+
+        dense_row_counts(x.detach().contiguous().numpy(), ptr[1:].numpy())
+    else:
+        ptr = ptr.to(x.device)
+        ptr[1:] = torch.count_nonzero(x.detach(), dim=1)
+    return torch.cumsum(ptr, 0, out=ptr)
+
+
+def dense_to_csr(x: torch.Tensor, ptr: torch.Tensor | None = None) -> CSR:
+    """CSR ``(n, m)`` of dense ``x (n, m)``'s non-zeros (values copied, in row-major
+    order; ``x`` untouched, no gradient link).
+
+    Two reads of ``x`` on CPU (float32/float64): the row counts
+    (:func:`_row_pointer`, skipped when ``ptr``, its result, is given) and one
+    parallel Numba pass writing the column indices and values; elsewhere
+    ``x.nonzero()`` (already row-major) and a gather. Matches ``x.to_sparse_csr()``.
+    """
+    x = x.detach()
+    n, m = x.shape
+    if x.device.type == "cpu" and x.dtype in _NUMBA_DTYPES:
+        from ..sparse.backends.numba_kernels import dense_to_csr_fill
+
+        ptr = _row_pointer(x) if ptr is None else ptr
+        nnz = int(ptr[-1])
+        col = torch.empty(nnz, dtype=torch.long)
+        val = torch.empty(nnz, dtype=x.dtype)
+        dense_to_csr_fill(x.contiguous().numpy(), ptr.numpy(), col.numpy(), val.numpy())
+        return CSR(ptr, col, val, (n, m))
+    row, col = x.nonzero(as_tuple=True)
+    csr = CSR(_ptr_from_sorted(row, n), col, x[row, col], (n, m))
+    csr._row = row
+    return csr
 
 
 class _SparseView:
@@ -244,7 +330,8 @@ class _LayerInputs:
             xs, dense, dtype, device = x, None, x.val.dtype, x.device
         else:
             graph = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
-            xs = self._features(x, graph.num_nodes, self.in_channels)
+            width = self.lin.weight.size(0)  # (columns of X Θ: the products that read x)
+            xs = self._features(x, graph.num_nodes, self.in_channels, width, self._backward_will_run(getattr(x, "requires_grad", False)))
             dense, dtype, device = x, x.dtype, x.device
         if device != graph.device:
             raise ValueError(f"x is on {device} but edge_index is on {graph.device}")
@@ -443,7 +530,7 @@ class GCNConv(_LayerInputs, nn.Module):
         x2 = x.reshape(B, n, m).permute(1, 0, 2).reshape(n, B * m)
         graph = self._graphs(edge_index, edge_weight, n)
         _check_value_grad(graph)
-        self._features(x2, graph.num_nodes, B * m)
+        check_features("x", x2, graph.num_nodes, B * m)  # (x2 is a new tensor every call: nothing to cache)
         if x.device != graph.device:
             raise ValueError(f"x is on {x.device} but edge_index is on {graph.device}")
         if self.lin.weight.dtype != x.dtype:

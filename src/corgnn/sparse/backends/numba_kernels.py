@@ -55,6 +55,8 @@ __all__ = [
     "spmm_coo_heads",
     "sddmm_coo",
     "sddmm_coo_heads",
+    "dense_row_counts",
+    "dense_to_csr_fill",
 ]
 
 _JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -454,3 +456,32 @@ def sddmm_coo_heads(row, col, val, B, C, out):
             if has_val:
                 s *= val[e, h]
             out[e, h] = s
+
+
+# ------------------------------------------------------- dense -> CSR (features)
+# (no fastmath: the comparisons with 0 must see every value as it is)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def dense_row_counts(X, counts):
+    """Non-zeros of each row of dense ``X (n, m)`` into ``counts (n,)``."""
+    n, m = X.shape
+    for i in prange(n):
+        c = 0
+        for j in range(m):
+            c += X[i, j] != 0
+        counts[i] = c
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def dense_to_csr_fill(X, ptr, col, val):
+    """Column indices and values of ``X``'s non-zeros in CSR order, row ``i`` from ``ptr[i]``."""
+    n, m = X.shape
+    for i in prange(n):
+        p = ptr[i]
+        for j in range(m):
+            v = X[i, j]
+            if v != 0:
+                col[p] = j
+                val[p] = v
+                p += 1
