@@ -87,11 +87,11 @@ class ClusterBatches:
             return None
         xb = self._features.get(i)
         if xb is None:
-            from ..nn.gcn import SPARSE_FEATURE_DENSITY, dense_to_csr
+            from ..nn.gcn import SPARSE_FEATURE_DENSITY, _row_pointer, dense_to_csr
 
             xb = self.x[self.clusters[i].to(self.x.device)]
-            nnz = int(torch.count_nonzero(xb))
-            xb = self._features[i] = dense_to_csr(xb, nnz) if nnz <= SPARSE_FEATURE_DENSITY * xb.numel() else xb
+            ptr = _row_pointer(xb)
+            xb = self._features[i] = dense_to_csr(xb, ptr) if int(ptr[-1]) <= SPARSE_FEATURE_DENSITY * xb.numel() else xb
         return xb
 
     def __iter__(self):

@@ -330,7 +330,8 @@ class _LayerInputs:
             xs, dense, dtype, device = x, None, x.val.dtype, x.device
         else:
             graph = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
-            width = self.lin.weight.size(0)  # (columns of X Θ: the products that read x)
+            weight = self._dtype_param()  # (its rows: the columns of X Θ, the products that read x)
+            width = weight.size(0) if weight is not None else self.in_channels
             xs = self._features(x, graph.num_nodes, self.in_channels, width, self._backward_will_run(getattr(x, "requires_grad", False)))
             dense, dtype, device = x, x.dtype, x.device
         if device != graph.device:
