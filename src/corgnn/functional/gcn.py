@@ -95,9 +95,8 @@ class GCNFunction(torch.autograd.Function):
         # NOTE: A'(XΘ) == (A'X)Θ by associativity; transform-first runs the SpMM on
         # k columns, propagate-first on m columns (paper Table 1).
         if scheme.forward == "transform-first":
-            out = spmm(A, _transform(x, weight, xs), values=values)
-            if bias is not None:
-                out += bias
+            # NOTE: the bias is added by the SpMM as it writes each row (issue 12, lever 2)
+            out = spmm(A, _transform(x, weight, xs), values=values, bias=bias)
             ax = None
         else:
             if scheme.reuse:
