@@ -139,9 +139,17 @@ def main() -> None:
     p.add_argument("--hidden", default="16,256")
     p.add_argument("--kinds", default="paper,ogb,kipf", help="models (lever cache); lever bias uses paper")
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--threads", type=int, default=None, help="torch and Numba threads (default: as set)")
     args = p.parse_args()
+    if args.threads:
+        import numba
+
+        torch.set_num_threads(args.threads)
+        numba.set_num_threads(args.threads)
     kinds = args.kinds.split(",") if args.lever == "cache" else ["paper"]
-    print(f"threads: torch {torch.get_num_threads()}; lever {args.lever}; {args.rounds} rounds")
+    import numba
+
+    print(f"threads: torch {torch.get_num_threads()}, numba {numba.get_num_threads()}; lever {args.lever}; {args.rounds} rounds")
     print("| dataset | model | hidden | scheme layer 1 (after) | before ms | after ms | after/before (IQR) |")
     print("|---|---|---|---|---|---|---|")
     for name in args.datasets.split(","):
