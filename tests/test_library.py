@@ -202,6 +202,7 @@ def test_spmm_bias_is_validated():
 @pytest.mark.parametrize("heads", [None, 2])
 def test_sddmm_gradcheck(fmt, heads, backend):
     A = _mat(fmt)
+    n, m = A.shape
     g = torch.Generator().manual_seed(2)
     if heads is None:
         B, C, vshape = torch.randn(n, 3, generator=g, dtype=F64), torch.randn(3, m, generator=g, dtype=F64), (A.nnz,)
