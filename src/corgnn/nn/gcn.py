@@ -345,7 +345,7 @@ class GCNConv(_LayerInputs, nn.Module):
             which runs no SpMM forward or backward; it does when its cost model
             says so (dense features always, sparse bag-of-words rarely: see the
             README). Memory: one ``(n, in_channels)`` tensor of ``x``'s dtype held
-            by the layer (:meth:`propagation_cache_nbytes`; Cora float32: 15.5 MB).
+            by the layer (:meth:`propagation_cache_nbytes`; PubMed float32: 39 MB).
             Invalidated by an in-place edit of ``x``, a new ``x``, graph or
             ``edge_weight``, another dtype or device (see ``_PropagationCache``).
             Input dropout makes ``x`` a new tensor every call: never cached. Setting
