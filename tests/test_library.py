@@ -122,7 +122,7 @@ def _op_samples():
     seed = DropoutSpec(0.3, seed=5).seed
     vals3 = r(csr.nnz, H)
     return {
-        "spmm_rows": [(ptr, idx, None, csr.val, r(m, f)), (tptr, tidx, tperm, csr.val, r(n, f)), (ptr, idx, None, vals3, r(m, H, f)), (ptr, idx, None, None, r(m, f))],
+        "spmm_rows": [(ptr, idx, None, csr.val, r(m, f)), (tptr, tidx, tperm, csr.val, r(n, f)), (ptr, idx, None, vals3, r(m, H, f)), (ptr, idx, None, None, r(m, f)), (tptr, tidx, tperm, csr.val, r(n, f), r(f))],
         "spmm_ell": [(ell.col, ell.lengths, ell.values_padded(), r(m, f)), (ell.col, ell.lengths, None, r(m, H, f))],
         "spmm_hybrid": [(hyb.head.rowptr, hyb.head.col, hyb.tail.row, hyb.tail.col, hyb.val, r(m, f))],
         "sddmm_rows": [(ptr, idx, None, csr.val, r(n, f), r(m, f)), (tptr, tidx, tperm, None, r(m, H, f), r(n, H, f))],
@@ -179,6 +179,38 @@ def test_spmm_gradcheck(fmt, heads, backend):
             B = torch.randn((rows_in, 3) if heads is None else (rows_in, heads, 3), generator=g, dtype=F64, requires_grad=True)
             assert _gradcheck(backend, lambda B, v: spmm(A, B, transpose=transpose, values=v), (B, val))
             assert _gradgradcheck(backend, lambda B, v: spmm(A, B, transpose=transpose, values=v), (B, val))
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("fmt", ["csr", "ell", "hybrid"])  # the row kernel (A and A^T walks), ELL's, hybrid's
+def test_spmm_bias_epilogue(fmt, backend):
+    """``spmm(A, B, bias=b)`` = dense ``op(A) B + b`` in every format and backend (the
+    row kernels add ``b`` as they write a row; ELL and hybrid add it after), and its
+    gradients (``db`` = column sums of ``dL/dout``) pass gradcheck (both ``B`` and ``b``)."""
+    A = _mat(fmt)
+    g = torch.Generator().manual_seed(2)
+    dense = A.to_dense()
+    b = torch.randn(4, generator=g, dtype=F64, requires_grad=True)
+    with use_backend(backend):
+        for transpose in (False, True):
+            op = dense.t() if transpose else dense
+            B = torch.randn(op.size(1), 4, generator=g, dtype=F64, requires_grad=True)
+            with torch.no_grad():  # the raw kernels (no autograd)
+                torch.testing.assert_close(spmm(A, B, transpose=transpose, bias=b), op @ B + b)
+        assert _gradcheck(backend, lambda B, b: spmm(A, B, transpose=transpose, bias=b), (B, b))
+
+
+def test_spmm_bias_is_validated():
+    A = _mat("csr")
+    B = torch.randn(A.shape[1], 4, dtype=F64)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        spmm(A, B, bias=torch.zeros(3, dtype=F64))
+    with pytest.raises(ValueError, match="bias must have shape"):
+        spmm(A, B.unsqueeze(1), values=torch.ones(A.nnz, 1, dtype=F64), bias=torch.zeros(4, dtype=F64))
+    with pytest.raises(TypeError, match="bias dtype"):
+        spmm(A, B, bias=torch.zeros(4, dtype=torch.float32))
+    with pytest.raises(TypeError, match="bias must be a floating tensor"):
+        spmm(A, B, bias=torch.zeros(4, dtype=torch.long))
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

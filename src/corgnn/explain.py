@@ -24,9 +24,15 @@ __all__ = ["add_arguments", "run", "explain_gcn", "explain_formats", "explain_pa
 
 
 def explain_gcn(n: int, q: int, layers: list[tuple], scheme: str = "auto") -> str:
-    """Cost tables of each ``(m, k, input_grad[, x_nnz])`` layer on a graph of n nodes,
-    q entries (``x_nnz``: non-zeros of sparse input features, as GCNConv uses them)."""
-    return "\n\n".join(plan_gcn(n, q, *layer[:3], scheme=scheme, x_nnz=(layer[3:] or (None,))[0]).table() for layer in layers)
+    """Cost tables of each ``(m, k, input_grad[, x_nnz[, constant]])`` layer on a graph
+    of n nodes, q entries (``x_nnz``: non-zeros of sparse input features, as GCNConv
+    uses them; ``constant``: the input is constant, so ``A'X`` may be kept across
+    calls, GCNConv's ``cache_propagation``)."""
+    tables = []
+    for m, k, input_grad, *rest in layers:
+        x_nnz, constant = (list(rest) + [None, False])[:2]
+        tables.append(plan_gcn(n, q, m, k, input_grad, scheme=scheme, x_nnz=x_nnz, reuse=constant).table())
+    return "\n\n".join(tables)
 
 
 def explain_formats(stats: MatrixStats, f: int, auto_widths: tuple[int, ...] = ()) -> str:
@@ -122,6 +128,10 @@ def add_arguments(p) -> None:
     p.add_argument("--m", type=int, help="input features")
     p.add_argument("--k", type=int, help="output features")
     p.add_argument("--input-grad", action="store_true", help="the layer's input needs a gradient")
+    p.add_argument("--constant-input", action="store_true",
+                   help="with --n..--k: the input is constant (no grad, no input dropout), so A'X may be kept across calls")
+    p.add_argument("--input-dropout", action="store_true",
+                   help="with --dataset: the first layer's input is dropped out (a new tensor every call): no A'X kept across calls")
     p.add_argument("--scheme", default="auto", help="force a scheme (costs still shown)")
     p.add_argument("--f", type=int, default=64, help="dense columns of the SpMM/SDDMM I/O tables (default 64, as Tables 6-7)")
     p.add_argument("--adjacency", choices=("gcn", "raw"), default="gcn",
@@ -164,10 +174,15 @@ def run(args) -> int:
     if args.dataset:
         n, q, m, c, label, g, x_nnz = _dataset_shape(args.dataset, args.root)
         sparse_note = f", features used as a sparse matrix ({x_nnz} non-zeros)" if x_nnz is not None else ""
-        print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}{sparse_note}, 2-layer GCN hidden={args.hidden}\n")
-        print(explain_gcn(n, q, [(m, args.hidden, False, x_nnz), (args.hidden, c, True)], args.scheme))
+        print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}{sparse_note}, 2-layer GCN hidden={args.hidden}")
+        constant = not args.input_dropout
+        print("first layer: " + ("constant features (no input dropout): A'X may be kept across calls
+" if constant else "input dropout: features change every call, A'X not kept
+"))
+        print(explain_gcn(n, q, [(m, args.hidden, False, x_nnz, constant), (args.hidden, c, True)], args.scheme))
         if args.nproc is not None:
-            print("\n" + explain_partitioned(g, [(m, args.hidden, False), (args.hidden, c, True)], args.nproc, args.partition, args.network_gbps))
+            print("
+" + explain_partitioned(g, [(m, args.hidden, False), (args.hidden, c, True)], args.nproc, args.partition, args.network_gbps))
         if x_nnz is not None:
             from .cost.features import plan_feature_conversion
 
@@ -185,7 +200,7 @@ def run(args) -> int:
     missing = [k for k in ("n", "q", "m", "k") if getattr(args, k) is None]
     if missing:
         raise ValueError(f"give --dataset, or all of --n --q --m --k (missing: {', '.join('--' + k for k in missing)})")
-    print(explain_gcn(args.n, args.q, [(args.m, args.k, args.input_grad)], args.scheme))
+    print(explain_gcn(args.n, args.q, [(args.m, args.k, args.input_grad, None, args.constant_input)], args.scheme))
     if args.max_degree is not None:
         if args.max_degree < 0 or args.max_degree * args.n < args.q:
             raise ValueError(f"--max-degree {args.max_degree} cannot hold q={args.q} entries in n={args.n} rows")

@@ -14,7 +14,16 @@ transform-first+split         SpMM(A', XΘ)   [k]         dΘ = (A'X)^T G [recom
 propagate-first+fused         (A'X) Θ        [m]         as transform-first+fused
 propagate-first+split         (A'X) Θ        [m]         as transform-first+split (recomputes A'X)
 propagate-first+split+cache   (A'X) Θ, keeps A'X [m]     dΘ = (A'X)^T G [no SpMM]; dX = A'^T (G Θ^T) [m]
+...+cache+reuse               (A'X) Θ, A'X kept [-]      dΘ = (A'X)^T G [no SpMM]; no dX
 ============================  =========================  ==============================
+
+The last one (issue 12, lever 1) reuses ``A'X`` kept *across calls*: when ``X`` is a
+constant (a first layer reading the dataset's features, no input dropout), ``A'X``
+is the same every epoch, so after the call that computes it the layer runs no SpMM
+at all; it is a candidate only when the caller can keep ``A'X`` (``plan_gcn(...,
+reuse=True)``), costs its steady state (no SpMM) and counts the ``n m`` values it
+keeps (``kept``). With sparse ``X`` the dense ``A'X`` can lose to transform-first
+over ``X``'s non-zeros; the same cost model decides.
 
 All schemes run GEMMs of the same shapes; they differ in how many SpMMs run and on
 how many columns. The plan estimates time as ``FLOPs / flop_rate + bytes /
@@ -32,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GCNScheme", "GCN_SCHEMES", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel", "static_scheme_name", "REPRESENTATIVE_DEGREE"]
+__all__ = ["GCNScheme", "GCN_SCHEMES", "REUSE_SCHEME", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel", "static_scheme_name", "REPRESENTATIVE_DEGREE"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,7 @@ class GCNScheme:
     forward: str  # "transform-first" | "propagate-first"
     backward: str  # "fused-propagate" | "split-propagate"
     cache: bool = False  # keep A'X from a propagate-first forward for backward
+    reuse: bool = False  # A'X of constant X kept across calls (computed by an earlier call)
 
     def __post_init__(self):
         if self.forward not in ("transform-first", "propagate-first"):
@@ -50,10 +60,12 @@ class GCNScheme:
             raise ValueError(f"backward must be 'fused-propagate' or 'split-propagate', got {self.backward!r}")
         if self.cache and (self.forward, self.backward) != ("propagate-first", "split-propagate"):
             raise ValueError("caching A'X needs the propagate-first forward and split-propagate backward")
+        if self.reuse and not self.cache:
+            raise ValueError("reusing A'X across calls needs the cached scheme (propagate-first+split+cache)")
 
     @property
     def name(self) -> str:
-        return f"{self.forward}+{self.backward.split('-')[0]}" + ("+cache" if self.cache else "")
+        return f"{self.forward}+{self.backward.split('-')[0]}" + ("+cache" if self.cache else "") + ("+reuse" if self.reuse else "")
 
     def __str__(self) -> str:
         return self.name
@@ -66,6 +78,9 @@ GCN_SCHEMES: tuple[GCNScheme, ...] = (
     GCNScheme("propagate-first", "split-propagate"),
     GCNScheme("propagate-first", "split-propagate", cache=True),
 )
+REUSE_SCHEME = GCNScheme("propagate-first", "split-propagate", cache=True, reuse=True)
+"""The scheme reusing ``A'X`` of constant features across calls; chosen only by
+``plan_gcn(..., reuse=True)`` (not forcible: it needs ``A'X`` kept by the layer)."""
 _BY_NAME = {s.name: s for s in GCN_SCHEMES}
 _ALIASES = {"tf": "transform-first+fused", "pf": "propagate-first+split+cache", "cached": "propagate-first+split+cache", "pyg": "transform-first+fused"}
 
@@ -111,6 +126,7 @@ class SchemeCost:
     saved: int  # values kept for the backward pass
     transient_backward: int  # values allocated in backward beyond the gradients returned
     time_s: float
+    kept: int = 0  # values kept across calls (A'X of the reuse scheme)
 
     def row(self) -> dict:
         return {
@@ -120,6 +136,7 @@ class SchemeCost:
             "MB moved": self.bytes / 1e6,
             "saved (values)": self.saved,
             "transient fwd;bwd": f"{self.transient_forward};{self.transient_backward}",
+            "kept (values)": self.kept,
             "est. ms": self.time_s * 1e3,
         }
 
@@ -139,6 +156,7 @@ class GCNPlan:
     training: bool = True
     forced: bool = False
     x_nnz: int | None = None
+    reuse: bool = False
 
     def table(self) -> str:
         """Human-readable table of every scheme's cost and the choice."""
@@ -148,7 +166,8 @@ class GCNPlan:
         lines = [
             f"GCN layer n={self.n} q={self.q} m={self.m} k={self.k} "
             f"input grad={'yes' if self.input_grad else 'no'}{'' if self.training else ' (inference)'}"
-            + (f" sparse X nnz={self.x_nnz}" if self.x_nnz is not None else ""),
+            + (f" sparse X nnz={self.x_nnz}" if self.x_nnz is not None else "")
+            + (" constant X (A'X can be kept across calls)" if self.reuse else ""),
             "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  choice",
         ]
         for c, r in zip(self.costs, rows):
@@ -180,6 +199,8 @@ def scheme_cost(
 
     ``x_nnz``: non-zeros of sparse input features; the products that read ``X``
     directly (``XΘ`` forward, ``X^T P`` fused backward) then cost SpMMs over them.
+    ``s.reuse``: the steady state of reusing ``A'X`` kept from an earlier call (no
+    SpMM; its ``n m`` values counted in ``kept``; no ``dX``: ``X`` is constant).
     """
 
     ops: list[tuple[str, tuple[int, int]]] = []
@@ -198,14 +219,17 @@ def scheme_cost(
     def xt_p():  # X^T P, or the transposed SpMM over sparse X's non-zeros
         ops.append(("gemm", _gemm_cost(m, n, k, mm)) if x_nnz is None else ("spmm", _spmm_cost(x_nnz, m, n, k, mm)))
 
+    if s.reuse and input_grad:
+        raise ValueError("reusing A'X across calls needs a constant X (input_grad=False)")
     if s.forward == "transform-first":
         x_theta()
         spmm(k)
         t_fwd = n * k
     else:
-        spmm(m)
+        if not s.reuse:
+            spmm(m)
         gemm(n, m, k)
-        t_fwd = n * m
+        t_fwd = 0 if s.reuse else n * m
     saved = n * m if training else 0  # X, or A'X in its place when cached
     t_bwd = 0
     if training:
@@ -228,7 +252,7 @@ def scheme_cost(
     flops = sum(c[0] for _, c in ops)
     nbytes = sum(c[1] for _, c in ops)
     time_s = sum(f / mm.flop_rate + b / mm.bandwidth for _, (f, b) in ops)
-    return SchemeCost(s, flops, nbytes, tuple(spmm_cols), t_fwd, saved, t_bwd, time_s)
+    return SchemeCost(s, flops, nbytes, tuple(spmm_cols), t_fwd, saved, t_bwd, time_s, kept=n * m if s.reuse else 0)
 
 
 def plan_gcn(
@@ -243,6 +267,7 @@ def plan_gcn(
     machine: MachineModel = MachineModel(),
     candidates: tuple[GCNScheme, ...] = GCN_SCHEMES,
     x_nnz: int | None = None,
+    reuse: bool = False,
 ) -> GCNPlan:
     """Choose the GCN scheme for one call.
 
@@ -257,6 +282,10 @@ def plan_gcn(
             reproduce Table 1).
         x_nnz: non-zeros of the input features when they are used as a sparse
             matrix (see :class:`corgnn.nn.GCNConv`); None for dense features.
+        reuse: ``X`` is a constant whose ``A'X`` the caller can keep across calls
+            (:class:`corgnn.nn.GCNConv` with ``cache_propagation=True``); adds
+            :data:`REUSE_SCHEME` to the ``"auto"`` candidates, costed in its steady
+            state (no SpMM) with ``n m`` kept values. Ignored with ``input_grad``.
 
     Returns:
         :class:`GCNPlan` with the chosen scheme, every scheme's cost and the reason.
@@ -267,23 +296,32 @@ def plan_gcn(
     for name, v in (("n", n), ("q", q), ("m", m), ("k", k)):
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
+    reuse = reuse and not input_grad and scheme == "auto"
+    if reuse:
+        candidates = tuple(candidates) + (REUSE_SCHEME,)
     costs = tuple(scheme_cost(s, n, q, m, k, input_grad, training, machine, x_nnz) for s in candidates)
     if not costs:
         raise ValueError("candidates must name at least one scheme")
     if scheme != "auto":
         chosen = parse_scheme(scheme)
         return GCNPlan(chosen, costs, "forced by the caller", n, q, m, k, input_grad, training, forced=True, x_nnz=x_nnz)
-    best = min(costs, key=lambda c: (round(c.time_s, 12), c.transient_forward + c.transient_backward, len(c.spmm_columns)))
-    if not training:
+    best = min(costs, key=lambda c: (round(c.time_s, 12), c.transient_forward + c.transient_backward + c.kept, len(c.spmm_columns)))
+    runner_up = min((c for c in costs if c is not best), key=lambda c: c.time_s, default=best)
+    if best.scheme.reuse:
+        reason = (
+            f"constant X: A'X kept across calls ({n}x{m} values, {n * m * machine.value_bytes / 1e6:.3g} MB at "
+            f"{machine.value_bytes} B each), no SpMM after the call that computes it; est. {best.time_s * 1e3:.3g} ms "
+            f"vs {runner_up.time_s * 1e3:.3g} ms for {runner_up.scheme.name}"
+        )
+    elif not training:
         reason = f"inference: SpMM on {'k' if best.scheme.forward == 'transform-first' else 'm'} columns (k={k}, m={m})"
     else:
-        runner_up = min((c for c in costs if c is not best), key=lambda c: c.time_s, default=best)
         cond = "k < m" if input_grad else "k < m/2"
         reason = (
             f"est. {best.time_s * 1e3:.3g} ms vs {runner_up.time_s * 1e3:.3g} ms for {runner_up.scheme.name} "
             f"(Table 2: transform-first+fused when {cond}, else propagate-first+split+cache)"
         )
-    return GCNPlan(best.scheme, costs, reason, n, q, m, k, input_grad, training, x_nnz=x_nnz)
+    return GCNPlan(best.scheme, costs, reason, n, q, m, k, input_grad, training, x_nnz=x_nnz, reuse=reuse)
 
 
 REPRESENTATIVE_DEGREE = 10

@@ -75,6 +75,12 @@ class GCNFunction(torch.autograd.Function):
     GEMMs that read ``X`` (``X Θ`` forward, ``X^T P`` backward) by SpMMs over its
     non-zeros; ``x`` may then be ``None`` (no gradient for ``X``), which needs the
     transform-first+fused scheme (``A'X`` would be a sparse-sparse product).
+
+    Reuse across calls (``scheme.reuse``, issue 12 lever 1): ``x`` *is* ``A'X``, kept
+    by the caller from an earlier call on constant features
+    (:class:`corgnn.nn.GCNConv`'s ``cache_propagation``); forward is ``(A'X)Θ + b``,
+    backward ``dweight = G^T (A'X)``: no SpMM. It takes no gradient for ``x`` or
+    ``val`` (the features and the adjacency are constants).
     """
 
     @staticmethod
@@ -83,16 +89,19 @@ class GCNFunction(torch.autograd.Function):
             raise ValueError("sparse-only features need the transform-first+fused scheme")
         need_x, need_w = ctx.needs_input_grad[:2]
         need_val = ctx.needs_input_grad[6]
+        if scheme.reuse and (need_x or need_val or xs is not None):
+            raise ValueError("the reuse scheme takes A'X of constant features: no gradient for x or the adjacency values, no sparse xs")
         values = _fixed_values(A, val)
         # NOTE: A'(XΘ) == (A'X)Θ by associativity; transform-first runs the SpMM on
         # k columns, propagate-first on m columns (paper Table 1).
         if scheme.forward == "transform-first":
-            out = spmm(A, _transform(x, weight, xs), values=values)
-            if bias is not None:
-                out += bias
+            # NOTE: the bias is added by the SpMM as it writes each row (issue 12, lever 2)
+            out = spmm(A, _transform(x, weight, xs), values=values, bias=bias)
             ax = None
         else:
-            if scheme.cache and need_w and (need_x or need_val):
+            if scheme.reuse:
+                ax = x  # A'X kept across calls by the caller
+            elif scheme.cache and need_w and (need_x or need_val):
                 # NOTE: the cached A'X is recorded by autograd when it depends on an
                 # input needing a gradient: a double backward then reaches x / val
                 # through dweight = (A'X)^T G. The record keeps no tensor beyond A'X.

@@ -16,6 +16,7 @@ from ..functional.gcn import GCNFunction, gcn_values
 from ..graph import Graph, GraphCache, compiled_gcn_adjacency, is_sparse_adjacency, tensor_state
 from ..interop import from_torch_sparse
 from ..sparse.formats import CSR, SparseFormat, _ptr_from_sorted
+from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
 
 __all__ = ["GCNConv", "GCN", "dropout", "UnsupportedOption", "check_message_passing_kwargs"]
@@ -279,6 +280,52 @@ class _FlipCache:
         return self._flipped
 
 
+class _PropagationCache:
+    """``A'X`` of a GCN layer's constant input features, kept across calls (issue 12,
+    lever 1: with constant ``X`` the propagation is the same every epoch).
+
+    Keyed like :class:`corgnn.graph.GraphCache`: the feature tensor itself (identity,
+    held weakly, and :func:`corgnn.graph.tensor_state`: an in-place edit, new
+    ``.data``, another dtype or device is another key, with the same limit for writes
+    through ``x.data[...]`` or NumPy) and the adjacency object ``A'`` (a new graph or
+    ``edge_weight``, another dtype, format or normalisation option is another
+    ``A'``). A new key is only remembered; ``A'X`` is computed when the same key
+    comes back, so features that are a new tensor every call (input dropout) never
+    pay for it. Holds one ``(n, m)`` tensor (:attr:`nbytes`). Never pickled or
+    deep-copied: a copy starts empty."""
+
+    def __init__(self):
+        self.clear()
+
+    def __reduce__(self):
+        return (type(self), ())
+
+    def clear(self) -> None:
+        self._x = self._A = self._state = self.ax = None
+
+    def seen(self, x: torch.Tensor, A: SparseFormat) -> bool:
+        """Whether ``x`` (same object, same state) and ``A`` are the remembered key."""
+        return self._x is not None and self._x() is x and self._A() is A and self._state == tensor_state(x)
+
+    def remember(self, x: torch.Tensor, A: SparseFormat) -> None:
+        """Make ``(x, A)`` the key, dropping the kept ``A'X`` of another key."""
+        if not self.seen(x, A):
+            self.clear()
+            self._x, self._A, self._state = weakref.ref(x), weakref.ref(A), tensor_state(x)
+
+    def get(self, x: torch.Tensor, A: SparseFormat) -> torch.Tensor:
+        """The kept ``A'X`` of the remembered key, computed (one SpMM on m columns) on first use."""
+        if self.ax is None:
+            with torch.no_grad():
+                self.ax = spmm(A, x)
+        return self.ax
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the kept ``A'X`` (0 when none)."""
+        return 0 if self.ax is None else self.ax.numel() * self.ax.element_size()
+
+
 class _LayerInputs:
     """Input handling shared by GCNConv and GATConv (graph conversion once per
     ``edge_index``, feature validation once per tensor version, sparse features).
@@ -383,6 +430,19 @@ class GCNConv(_LayerInputs, nn.Module):
         scheme: ``"auto"`` (default) or a scheme name to force, e.g.
             ``"transform-first+fused"``, ``"propagate-first+split+cache"`` (see
             :data:`corgnn.cost.GCN_SCHEMES`).
+        cache_propagation: keep ``A'X`` across calls when ``x`` is a constant
+            (default True; issue 12, lever 1): the same dense tensor, unmodified,
+            needing no gradient, on the same graph (e.g. a first layer reading the
+            dataset's features with no input dropout). From the second such call the
+            plan (``"auto"`` only) may pick ``propagate-first+split+cache+reuse``,
+            which runs no SpMM forward or backward; it does when its cost model
+            says so (dense features always, sparse bag-of-words rarely: see the
+            README). Memory: one ``(n, in_channels)`` tensor of ``x``'s dtype held
+            by the layer (:meth:`propagation_cache_nbytes`; PubMed float32: 39 MB).
+            Invalidated by an in-place edit of ``x``, a new ``x``, graph or
+            ``edge_weight``, another dtype or device (see ``_PropagationCache``).
+            Input dropout makes ``x`` a new tensor every call: never cached. Setting
+            the attribute to False frees the kept tensor at the next call.
         format: sparse format of ``A'``: ``"csr"`` (default), ``"auto"`` (chosen by
             :func:`corgnn.cost.choose_format` from the I/O model) or
             ``"coo" | "csc" | "ell" | "hybrid"``.
@@ -414,6 +474,7 @@ class GCNConv(_LayerInputs, nn.Module):
         *,
         scheme: str = "auto",
         format: str = "csr",
+        cache_propagation: bool = True,
         **kwargs,
     ):
         super().__init__()
@@ -437,6 +498,8 @@ class GCNConv(_LayerInputs, nn.Module):
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self._graphs = GraphCache()
         self._features = _FeatureCache()
+        self.cache_propagation = bool(cache_propagation)
+        self._propagation = _PropagationCache()
         self.last_plan: GCNPlan | None = None
         self.reset_parameters()
 
@@ -467,7 +530,20 @@ class GCNConv(_LayerInputs, nn.Module):
         return plan_gcn(
             graph.num_nodes, A.nnz, self.in_channels, self.out_channels, input_grad=training and x_grad,
             training=training, scheme=self.scheme, candidates=candidates, x_nnz=x_nnz,
+            reuse=self._constant_input(x, graph) and self._propagation.seen(x, A),
         )
+
+    def _constant_input(self, x, graph: Graph) -> bool:
+        """Whether ``A'X`` of ``x`` may be kept across calls: ``cache_propagation`` on,
+        ``x`` a dense tensor needing no gradient, the adjacency values constant."""
+        return (
+            getattr(self, "cache_propagation", True) and isinstance(x, torch.Tensor) and not x.requires_grad
+            and not self._values_need_grad(graph)
+        )
+
+    def propagation_cache_nbytes(self) -> int:
+        """Bytes of the ``A'X`` this layer keeps across calls (``cache_propagation``); 0 when none."""
+        return self._propagation.nbytes
 
     def forward(self, x, edge_index, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Args: ``x (n, in_channels)`` dense float tensor, or a corgnn sparse matrix
@@ -493,6 +569,12 @@ class GCNConv(_LayerInputs, nn.Module):
         A = self.adjacency(graph, dtype)
         plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
+        if plan.scheme.reuse:
+            return GCNFunction.apply(self._propagation.get(dense, A), weight, self.bias, A, plan.scheme, None, None)
+        if self._constant_input(dense, graph):
+            self._propagation.remember(dense, A)
+        else:
+            self._propagation.clear()
         return GCNFunction.apply(dense, weight, self.bias, A, plan.scheme, xs, self._edge_values(graph, A))
 
     def _flow_edges(self, edge_index):
@@ -548,15 +630,19 @@ class GCNConv(_LayerInputs, nn.Module):
         out = GCNFunction.apply(x2, weight, bias, A, plan.scheme, None, self._edge_values(graph, A))
         return out.reshape(n, B, k).permute(1, 0, 2).reshape(*batch, n, k)
 
+    @staticmethod
+    def _values_need_grad(graph: Graph) -> bool:
+        ew = graph.edge_weight
+        return ew is not None and ew.requires_grad and torch.is_grad_enabled()
+
     def _edge_values(self, graph: Graph, A: SparseFormat) -> torch.Tensor | None:
         """``A``'s values as a differentiable function of ``graph.edge_weight`` when
         that needs a gradient (learnable edge weights, explainer masks), else None:
         the cached ``A.val`` is used as a constant, at no extra cost."""
-        ew = graph.edge_weight
-        if ew is None or not ew.requires_grad or not torch.is_grad_enabled():
+        if not self._values_need_grad(graph):
             return None
         return gcn_values(
-            A, graph.edge_index, ew, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize, loops=graph.loops,
+            A, graph.edge_index, graph.edge_weight, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize, loops=graph.loops,
         )
 
     def _forward_compiled(self, x, edge_index, edge_weight):
@@ -615,11 +701,11 @@ class GCN(nn.Module):
                 xs = x
             elif self.conv1.sparse_features_allowed() and isinstance(x, torch.Tensor):
                 xs = self.conv1.sparse_features(x, edge_index.num_nodes)
-        if xs is not None:
+        if xs is not None and self.training and self.dropout:
             # NOTE: dropout of a zero is a zero, so dropping the sparse values is the
             # same distribution as dense dropout at ~1 % of the random numbers.
             x = xs.with_values(dropout(xs.val, self.dropout, self.training))
-        else:
+        else:  # (no input dropout: conv1 gets the constant x, so it can keep A'X)
             x = dropout(x, self.dropout, self.training)
         x = torch.relu(self.conv1(x, edge_index, edge_weight))
         x = dropout(x, self.dropout, self.training)

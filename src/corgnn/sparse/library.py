@@ -22,7 +22,7 @@ attention) are written in the format's order. Values ``val=None`` mean all ones.
 ==========================  ==============================================================
 op                          computes (``B``/``C``/``M`` 2-D ``(rows, f)`` or semi-batched 3-D ``(rows, h, f)``)
 ==========================  ==============================================================
-``spmm_rows``               ``out[i] = sum_{w in row i} val[perm[w]] B[idx[w]]``
+``spmm_rows``               ``out[i] = sum_{w in row i} val[perm[w]] B[idx[w]] (+ bias)``
 ``spmm_ell``                ELLPACK: ``out[i] = sum_{s < lengths[i]} V[i, s] B[col[i, s]]``
 ``spmm_hybrid``             CSR part rows, then the row-sorted COO part added in
 ``sddmm_rows``              ``out[perm[w]] = val[perm[w]] <B[i], C[idx[w]]>``
@@ -164,12 +164,13 @@ def _entries(B: Tensor, nnz) -> Tensor:
 
 
 @_kernel_op(4)
-def spmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor) -> Tensor:
-    ...
+def spmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``bias`` (``B.shape[1:]``, or None): added to every output row as it is written
+    (the epilogue of issue 12, lever 2: no second pass over the output)."""
 
 
 @_fake(spmm_rows)
-def _(ptr, idx, perm, val, B):
+def _(ptr, idx, perm, val, B, bias=None):
     return _out_rows(B, ptr.shape[0] - 1)
 
 

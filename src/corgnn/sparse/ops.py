@@ -59,13 +59,16 @@ def _ell_native(A) -> bool:
     return isinstance(A, ELL) and A.padding_ratio() <= ELL_KERNEL_MAX_PADDING
 
 
-def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool) -> torch.Tensor:
+def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``op(A) B (+ bias)``: the bias is the row kernel's epilogue; ELL and hybrid add it after."""
     if not transpose and _ell_native(A):
-        return L.spmm_ell(A.col, A.lengths, A.values_padded(None if val is A.val else val), B)
-    if not transpose and isinstance(A, Hybrid):
-        return L.spmm_hybrid(A.head.rowptr, A.head.col, A.tail.row, A.tail.col, val, B)
-    ptr, idx, perm = A.row_plan(transpose)
-    return L.spmm_rows(ptr, idx, perm, val, B)
+        out = L.spmm_ell(A.col, A.lengths, A.values_padded(None if val is A.val else val), B)
+    elif not transpose and isinstance(A, Hybrid):
+        out = L.spmm_hybrid(A.head.rowptr, A.head.col, A.tail.row, A.tail.col, val, B)
+    else:
+        ptr, idx, perm = A.row_plan(transpose)
+        return L.spmm_rows(ptr, idx, perm, val, B, bias)
+    return out if bias is None else out.add_(bias)
 
 
 def _sddmm_raw(A: SparseFormat, B: torch.Tensor, Ct: torch.Tensor, val: torch.Tensor | None) -> torch.Tensor:
@@ -108,15 +111,16 @@ def _pattern_sddmm(A, B, Ct):
 
 
 class _SpMM(torch.autograd.Function):
-    """``op(A) @ B`` with values ``val``. Backward (``G = dL/dout``):
-    ``dB = op(A)^T G`` (SpMM on the transposed walk) and
-    ``dval_e = <G[i], B[j]>`` for ``op(A) = A`` (``<B[i], G[j]>`` for ``A^T``), an SDDMM."""
+    """``op(A) @ B + bias`` with values ``val``. Backward (``G = dL/dout``):
+    ``dB = op(A)^T G`` (SpMM on the transposed walk),
+    ``dval_e = <G[i], B[j]>`` for ``op(A) = A`` (``<B[i], G[j]>`` for ``A^T``), an SDDMM,
+    and ``dbias = G^T 1`` (column sums)."""
 
     @staticmethod
-    def forward(ctx, B, val, A, transpose):
+    def forward(ctx, B, val, bias, A, transpose):
         ctx.A, ctx.transpose = A, transpose
         ctx.save_for_backward(B if ctx.needs_input_grad[1] else None, val if ctx.needs_input_grad[0] else None)
-        return _spmm_raw(A, B.contiguous(), val, transpose)
+        return _spmm_raw(A, B.contiguous(), val, transpose, bias)
 
     @staticmethod
     def backward(ctx, G):
@@ -127,7 +131,8 @@ class _SpMM(torch.autograd.Function):
             gB = spmm(A, G, transpose=not transpose, values=_Ones if val is None else val)
         if ctx.needs_input_grad[1]:
             gval = _pattern_sddmm(A, B, G) if transpose else _pattern_sddmm(A, G, B)
-        return gB, gval, None, None
+        gbias = G.sum(0) if ctx.needs_input_grad[2] else None
+        return gB, gval, gbias, None, None
 
 
 class _SDDMM(torch.autograd.Function):
@@ -228,8 +233,10 @@ def _values(A: SparseFormat, values, heads: int | None, dtype):
     return val
 
 
-def spmm(A: SparseFormat, B: torch.Tensor, *, transpose: bool = False, values: torch.Tensor | None = None) -> torch.Tensor:
-    """Sparse-dense product ``op(A) @ B`` with ``op(A) = A^T if transpose else A``.
+def spmm(
+    A: SparseFormat, B: torch.Tensor, *, transpose: bool = False, values: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Sparse-dense product ``op(A) @ B (+ bias)`` with ``op(A) = A^T if transpose else A``.
 
     Single-head: ``B (m, f)`` -> ``(n, f)`` with values ``(nnz,)``.
     Semi-batched (h heads sharing ``A``'s pattern): ``B (m, h, f)`` and values
@@ -237,7 +244,7 @@ def spmm(A: SparseFormat, B: torch.Tensor, *, transpose: bool = False, values: t
     ``A^T B`` walks the transpose's cached compressed arrays (CSR/CSC duality) and
     reads ``A``'s values through a permutation; it never materialises ``A^T``.
 
-    Differentiable w.r.t. ``B`` and the values (``values``, else ``A.val``).
+    Differentiable w.r.t. ``B``, the values (``values``, else ``A.val``) and ``bias``.
 
     Args:
         A: sparse ``(n, m)`` matrix in any format.
@@ -245,14 +252,18 @@ def spmm(A: SparseFormat, B: torch.Tensor, *, transpose: bool = False, values: t
         transpose: multiply by ``A^T`` (shape ``(m, n)``) instead.
         values: per-entry values in ``A``'s entry order overriding ``A.val``
             (``None`` and no ``A.val``: an all-ones pattern).
+        bias: ``(f,)`` added to every output row (single-head ``B`` only), the
+            GCN layer's ``+ b``; the row kernels add it as they write each row
+            (the epilogue of issue 12, lever 2), no second pass over the output.
+            Its gradient is the column sum of ``dL/dout``.
 
     Returns:
         Dense tensor of ``B``'s dtype, ``(rows(op(A)), f)`` or ``(rows, h, f)``.
 
     Raises:
-        TypeError: ``A`` not a sparse format; non-floating ``B``/values; dtype mismatch.
-        ValueError: shape or device mismatches between ``A``, ``B`` and ``values``;
-            no backend can run the case (the message gives each backend's reason).
+        TypeError: ``A`` not a sparse format; non-floating ``B``/values/``bias``; dtype mismatch.
+        ValueError: shape or device mismatches between ``A``, ``B``, ``values`` and
+            ``bias``; no backend can run the case (the message gives each backend's reason).
     """
     _check_sparse(A)
     _check_dense("B", B, A.device)
@@ -260,9 +271,16 @@ def spmm(A: SparseFormat, B: torch.Tensor, *, transpose: bool = False, values: t
     if B.dim() not in (2, 3) or B.size(0) != m:
         raise ValueError(f"B must have shape ({m}, f) or ({m}, heads, f) to multiply op(A) of shape ({n}, {m}), got {tuple(B.shape)}")
     val = _values(A, values, B.size(1) if B.dim() == 3 else None, B.dtype)
-    if _needs_grad(B, val):
-        return _SpMM.apply(B, val, A, bool(transpose))
-    return _spmm_raw(A, B.contiguous(), val, bool(transpose))
+    if bias is not None:
+        _check_dense("bias", bias, A.device)
+        if B.dim() != 2 or tuple(bias.shape) != (B.size(1),):
+            raise ValueError(f"bias must have shape (f,) = ({B.size(-1)},) with a 2-D B, got bias {tuple(bias.shape)}, B {tuple(B.shape)}")
+        if bias.dtype != B.dtype:
+            raise TypeError(f"bias dtype {bias.dtype} does not match B dtype {B.dtype}")
+        bias = bias.contiguous()
+    if _needs_grad(B, val, bias):
+        return _SpMM.apply(B, val, bias, A, bool(transpose))
+    return _spmm_raw(A, B.contiguous(), val, bool(transpose), bias)
 
 
 def sddmm(A: SparseFormat, B: torch.Tensor, C: torch.Tensor, *, values: torch.Tensor | None = None) -> torch.Tensor:

@@ -128,11 +128,13 @@ class NumbaBackend(Backend):
         return None
 
     # SpMM -------------------------------------------------------------------
-    def spmm_rows(self, ptr, idx, perm, val, B):
+    def spmm_rows(self, ptr, idx, perm, val, B, bias=None):
         out = torch.empty((ptr.numel() - 1,) + tuple(B.shape[1:]), dtype=B.dtype)
-        kern = k.spmm_rows if B.dim() == 2 else k.spmm_rows_heads
-        kern(_np(ptr), _np(idx), _vals(val, B), _perm(perm), _np(B), out.numpy())
-        return out
+        if B.dim() == 2:
+            k.spmm_rows(_np(ptr), _np(idx), _vals(val, B), _perm(perm), _np(B), out.numpy(), _vals(bias, B))
+            return out
+        k.spmm_rows_heads(_np(ptr), _np(idx), _vals(val, B), _perm(perm), _np(B), out.numpy())
+        return out if bias is None else out.add_(bias)
 
     def spmm_ell(self, col, lengths, V, B):
         out = torch.empty((col.size(0),) + tuple(B.shape[1:]), dtype=B.dtype)
@@ -145,7 +147,10 @@ class NumbaBackend(Backend):
         out = torch.empty((head_ptr.numel() - 1,) + tuple(B.shape[1:]), dtype=B.dtype)
         q1 = head_col.numel()
         v, Bn, o = _vals(val, B), _np(B), out.numpy()
-        (k.spmm_rows_heads if heads else k.spmm_rows)(_np(head_ptr), _np(head_col), v[:q1], _NOPERM, Bn, o)
+        if heads:
+            k.spmm_rows_heads(_np(head_ptr), _np(head_col), v[:q1], _NOPERM, Bn, o)
+        else:
+            k.spmm_rows(_np(head_ptr), _np(head_col), v[:q1], _NOPERM, Bn, o, _vals(None, B))
         (k.spmm_coo_heads if heads else k.spmm_coo)(_np(tail_row), _np(tail_col), v[q1:], Bn, o, _chunks(), True)
         return out
 

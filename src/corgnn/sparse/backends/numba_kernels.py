@@ -63,19 +63,25 @@ _JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
 
 
 @njit(**_JIT)
-def spmm_rows(ptr, idx, val, perm, B, out):
-    """``out[i] = sum_j val[e_j] * B[idx[j]]`` over row ``i``'s entries.
+def spmm_rows(ptr, idx, val, perm, B, out, bias):
+    """``out[i] = bias + sum_j val[e_j] * B[idx[j]]`` over row ``i``'s entries.
 
     ptr (n+1,) int64; idx (nnz,) int64; val (nnz,) float or empty (= all ones);
-    perm (nnz,) int64 or empty; B (m, f); out (n, f) overwritten.
+    perm (nnz,) int64 or empty; B (m, f); out (n, f) overwritten; bias (f,) or
+    empty (= none), the row's starting value.
     """
     n = ptr.shape[0] - 1
     f = B.shape[1]
     has_val = val.shape[0] > 0
     has_perm = perm.shape[0] > 0
+    has_bias = bias.shape[0] > 0
     for i in prange(n):
-        for k in range(f):
-            out[i, k] = 0
+        if has_bias:
+            for k in range(f):
+                out[i, k] = bias[k]
+        else:
+            for k in range(f):
+                out[i, k] = 0
         for j in range(ptr[i], ptr[i + 1]):
             c = idx[j]
             if has_val:

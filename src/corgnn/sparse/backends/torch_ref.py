@@ -85,13 +85,14 @@ class TorchBackend(Backend):
         return None
 
     # SpMM -------------------------------------------------------------------
-    def spmm_rows(self, ptr, idx, perm, val, B):
+    def spmm_rows(self, ptr, idx, perm, val, B, bias=None):
         dt = B.dtype
-        val, B = _f32(val, B)
+        val, B, bias = _f32(val, B, bias)
         row, idx, perm = _walk(ptr, idx, perm)
         if val is not None:
             val = val[: row.numel()] if perm is None else val.index_select(0, perm)
-        return _spmm(row, idx, val, B, ptr.numel() - 1).to(dt)
+        out = _spmm(row, idx, val, B, ptr.numel() - 1)
+        return (out if bias is None else out.add_(bias)).to(dt)
 
     def spmm_ell(self, col, lengths, V, B):
         dt = B.dtype

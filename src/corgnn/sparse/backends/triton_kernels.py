@@ -118,12 +118,12 @@ def spmm_chunks_kernel(
 
 @triton.jit
 def spmm_rows_kernel(
-    ptr, idx, perm, val, B, part, out, n, F, K, H, chunk, ell_width,
+    ptr, idx, perm, val, B, part, out, bias, n, F, K, H, chunk, ell_width,
     HAS_PERM: tl.constexpr, HAS_VAL: tl.constexpr, MULTI_HEAD: tl.constexpr, ACC64: tl.constexpr,
-    ELL: tl.constexpr, SPLIT: tl.constexpr, ACCUMULATE: tl.constexpr,
+    ELL: tl.constexpr, SPLIT: tl.constexpr, ACCUMULATE: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
-    """``out[r, cols] (+)= sum_{w in row r} val[e_w] B[idx[w], cols]``
+    """``out[r, cols] (+)= sum_{w in row r} val[e_w] B[idx[w], cols] (+ bias[cols])``
     for row ``program_id(0)`` and feature tile ``program_id(1)``.
 
     ``ELL``: ``ptr`` is ``lengths`` and row ``r`` walks slots ``r*ell_width ..``;
@@ -153,6 +153,8 @@ def spmm_rows_kernel(
             acc = _gather_rows(idx, perm, val, B, w, w < hi, cols, cmask, F, K, H, acc, HAS_PERM, HAS_VAL, MULTI_HEAD)
     if ACCUMULATE:
         acc += tl.load(out + r * F + cols, mask=cmask, other=0.0).to(acc.dtype)
+    if HAS_BIAS:  # the bias epilogue: added as the row is stored, no second pass
+        acc += tl.load(bias + cols, mask=cmask, other=0.0).to(acc.dtype)
     tl.store(out + r * F + cols, acc.to(out.dtype.element_ty), mask=cmask)
 
 

@@ -88,9 +88,9 @@ def _heads(B: Tensor) -> tuple[int, int, int]:
     return B.shape[1], 1, B.shape[1]
 
 
-def _spmm(ptr, idx, perm, val, B: Tensor, out: Tensor, *, ell_width: int = 0, accumulate: bool = False) -> Tensor:
+def _spmm(ptr, idx, perm, val, B: Tensor, out: Tensor, *, ell_width: int = 0, accumulate: bool = False, bias: Tensor | None = None) -> Tensor:
     """Launch the SpMM of one row plan (``ell_width > 0``: ELLPACK, ``ptr`` = lengths)
-    into ``out`` (``accumulate``: add to it)."""
+    into ``out`` (``accumulate``: add to it; ``bias``: added in the store epilogue)."""
     n = out.shape[0]
     F, H, Kh = _heads(B)
     if n == 0 or F == 0:
@@ -111,8 +111,8 @@ def _spmm(ptr, idx, perm, val, B: Tensor, out: Tensor, *, ell_width: int = 0, ac
             ptr, idx, perm_arg, val_arg, B, part, n, F, Kh, H, SPLIT_CHUNK, _iters(n), **flags, BLOCK_E=BLOCK_E, BLOCK_F=BF,
         )
     wrap_triton(K.spmm_rows_kernel)[(n, ftiles)](
-        ptr, idx, perm_arg, val_arg, B, part, out, n, F, Kh, H, SPLIT_CHUNK, ell_width, **flags,
-        ELL=ell_width > 0, SPLIT=split, ACCUMULATE=accumulate, BLOCK_E=BLOCK_E, BLOCK_F=BF,
+        ptr, idx, perm_arg, val_arg, B, part, out, B if bias is None else bias.contiguous(), n, F, Kh, H, SPLIT_CHUNK, ell_width, **flags,
+        ELL=ell_width > 0, SPLIT=split, ACCUMULATE=accumulate, HAS_BIAS=bias is not None, BLOCK_E=BLOCK_E, BLOCK_F=BF,
     )
     return out
 
@@ -125,8 +125,8 @@ def _rows_out(B: Tensor, n: int) -> Tensor:
 
 
 @_register("spmm_rows")
-def spmm_rows(ptr, idx, perm, val, B):
-    return _spmm(ptr, idx, perm, val, B, _rows_out(B, ptr.shape[0] - 1))
+def spmm_rows(ptr, idx, perm, val, B, bias=None):
+    return _spmm(ptr, idx, perm, val, B, _rows_out(B, ptr.shape[0] - 1), bias=bias)
 
 
 @_register("spmm_ell")
