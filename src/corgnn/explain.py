@@ -176,13 +176,10 @@ def run(args) -> int:
         sparse_note = f", features used as a sparse matrix ({x_nnz} non-zeros)" if x_nnz is not None else ""
         print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}{sparse_note}, 2-layer GCN hidden={args.hidden}")
         constant = not args.input_dropout
-        print("first layer: " + ("constant features (no input dropout): A'X may be kept across calls
-" if constant else "input dropout: features change every call, A'X not kept
-"))
+        print("first layer: " + ("constant features (no input dropout): A'X may be kept across calls\n" if constant else "input dropout: features change every call, A'X not kept\n"))
         print(explain_gcn(n, q, [(m, args.hidden, False, x_nnz, constant), (args.hidden, c, True)], args.scheme))
         if args.nproc is not None:
-            print("
-" + explain_partitioned(g, [(m, args.hidden, False), (args.hidden, c, True)], args.nproc, args.partition, args.network_gbps))
+            print("\n" + explain_partitioned(g, [(m, args.hidden, False), (args.hidden, c, True)], args.nproc, args.partition, args.network_gbps))
         if x_nnz is not None:
             from .cost.features import plan_feature_conversion
 
