@@ -272,6 +272,7 @@ def test_bench_layers_variants_compute_the_same_model():
         torch.testing.assert_close(ours(*inputs), ref(*inputs), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.large_graph
 def test_cli_train_sgc_and_explain_model(tmp_path, capsys):
     import json
 
