@@ -23,6 +23,7 @@ def pair(m, k, dtype=torch.float64, seed=0, **kw):
     ref = PygGCNConv(m, k).to(dtype)
     with torch.no_grad():
         ref.bias.normal_()
+    kw.setdefault("cache_propagation", True)  # the mechanism; the "auto" memory rule: test_auto_keeps_only_without_extra_memory
     ours = GCNConv(m, k, **kw).to(dtype)
     ours.load_state_dict(ref.state_dict())
     return ref, ours
@@ -193,6 +194,7 @@ def test_input_dropout_never_caches():
         model(x, ei).sum().backward()
     assert model.schemes()[0] != REUSE and model.conv1.propagation_cache_nbytes() == 0
     model.eval()  # no dropout in eval: the constant x is reused from its second call
+    model.conv1.cache_propagation = True  # (inference keeps n k transients: "auto" would not keep n m)
     with torch.no_grad():
         for _ in range(2):
             model(x, ei)
@@ -238,7 +240,7 @@ def test_plan_reuse_candidate():
     # Cora's bag-of-words (49216 non-zeros): transform-first over the sparse X beats a dense A'X
     cora = plan_gcn(2708, 13264, 1433, 16, False, reuse=True, x_nnz=49216)
     assert cora.scheme.name == "transform-first+fused"
-    assert plan_gcn(2708, 13264, 1433, 16, False, reuse=True).scheme == REUSE_SCHEME  # the same X dense
+    assert plan_gcn(2708, 13264, 1433, 16, False, reuse=True, reuse_extra_memory=True).scheme == REUSE_SCHEME  # the same X dense
     with pytest.raises(ValueError, match="unknown GCN scheme"):
         parse_scheme(REUSE)  # not forcible: it needs A'X kept by the layer
 
@@ -248,3 +250,23 @@ def test_explain_shows_reuse(capsys):
     assert f"choice: {REUSE}" in capsys.readouterr().out
     assert main(["explain", "--n", "1000", "--q", "10000", "--m", "64", "--k", "32"]) == 0
     assert REUSE not in capsys.readouterr().out
+
+
+def test_auto_keeps_only_without_extra_memory():
+    """Default ``cache_propagation="auto"``: A'X is kept only where its n m values do
+    not exceed the transients of the step it replaces (no higher peak memory)."""
+    n, q = 169343, 1335586  # OGB-Arxiv, m = 128
+    small = plan_gcn(n, q, 128, 16, False, reuse=True)  # transform-first: 2 n k = 32 n < 128 n
+    assert small.scheme != REUSE_SCHEME and all(c.kept == 0 for c in small.costs)
+    assert plan_gcn(n, q, 128, 16, False, reuse=True, reuse_extra_memory=True).scheme == REUSE_SCHEME
+    assert plan_gcn(n, q, 128, 256, False, reuse=True).scheme == REUSE_SCHEME  # replaces the A'X held anyway
+    ei, nodes = make_graph(n=3000, q=12000)  # large enough that transform-first wins (k = 2 < m/2)
+    x = torch.randn(nodes, 64)
+    auto, always = GCNConv(64, 2), GCNConv(64, 2, cache_propagation=True)
+    for _ in range(3):
+        auto(x, ei).sum().backward()
+        always(x, ei).sum().backward()
+    assert auto.last_plan.scheme != REUSE_SCHEME and auto.propagation_cache_nbytes() == 0
+    assert always.last_plan.scheme == REUSE_SCHEME and always.propagation_cache_nbytes() == nodes * 64 * 4
+    with pytest.raises(ValueError, match="cache_propagation"):
+        GCNConv(8, 2, cache_propagation="yes")

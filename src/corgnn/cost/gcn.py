@@ -268,6 +268,7 @@ def plan_gcn(
     candidates: tuple[GCNScheme, ...] = GCN_SCHEMES,
     x_nnz: int | None = None,
     reuse: bool = False,
+    reuse_extra_memory: bool = False,
 ) -> GCNPlan:
     """Choose the GCN scheme for one call.
 
@@ -286,6 +287,12 @@ def plan_gcn(
             (:class:`corgnn.nn.GCNConv` with ``cache_propagation=True``); adds
             :data:`REUSE_SCHEME` to the ``"auto"`` candidates, costed in its steady
             state (no SpMM) with ``n m`` kept values. Ignored with ``input_grad``.
+        reuse_extra_memory: let the reuse scheme raise memory. By default (False)
+            it is a candidate only when its ``n m`` kept values are no more than the
+            transient values (forward + backward) of the best scheme without it, so
+            keeping ``A'X`` never raises a step's peak memory: it replaces the
+            ``A'X`` that propagate-first+split+cache holds anyway (k >= m/2), and is
+            left out where transform-first's ``2 n k`` transients are smaller.
 
     Returns:
         :class:`GCNPlan` with the chosen scheme, every scheme's cost and the reason.
@@ -297,11 +304,18 @@ def plan_gcn(
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
     reuse = reuse and not input_grad and scheme == "auto"
-    if reuse:
-        candidates = tuple(candidates) + (REUSE_SCHEME,)
-    costs = tuple(scheme_cost(s, n, q, m, k, input_grad, training, machine, x_nnz) for s in candidates)
-    if not costs:
+    if not candidates:
         raise ValueError("candidates must name at least one scheme")
+    costs = tuple(scheme_cost(s, n, q, m, k, input_grad, training, machine, x_nnz) for s in candidates)
+    if reuse:
+        kept = scheme_cost(REUSE_SCHEME, n, q, m, k, input_grad, training, machine, x_nnz)
+        # NOTE: the memory rule: without reuse_extra_memory, keeping A'X (n m values
+        # between calls) may not exceed the peak transients of the step it replaces.
+        best_plain = min(costs, key=lambda c: c.time_s)
+        if reuse_extra_memory or kept.kept <= best_plain.transient_forward + best_plain.transient_backward:
+            costs += (kept,)
+        else:
+            reuse = False
     if scheme != "auto":
         chosen = parse_scheme(scheme)
         return GCNPlan(chosen, costs, "forced by the caller", n, q, m, k, input_grad, training, forced=True, x_nnz=x_nnz)

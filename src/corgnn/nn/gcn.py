@@ -430,8 +430,8 @@ class GCNConv(_LayerInputs, nn.Module):
         scheme: ``"auto"`` (default) or a scheme name to force, e.g.
             ``"transform-first+fused"``, ``"propagate-first+split+cache"`` (see
             :data:`corgnn.cost.GCN_SCHEMES`).
-        cache_propagation: keep ``A'X`` across calls when ``x`` is a constant
-            (default True; issue 12, lever 1): the same dense tensor, unmodified,
+        cache_propagation: ``"auto"`` (default), True or False: keep ``A'X`` across
+            calls when ``x`` is a constant (issue 12, lever 1): the same dense tensor, unmodified,
             needing no gradient, on the same graph (e.g. a first layer reading the
             dataset's features with no input dropout). From the second such call the
             plan (``"auto"`` only) may pick ``propagate-first+split+cache+reuse``,
@@ -439,6 +439,10 @@ class GCNConv(_LayerInputs, nn.Module):
             says so (dense features always, sparse bag-of-words rarely: see the
             README). Memory: one ``(n, in_channels)`` tensor of ``x``'s dtype held
             by the layer (:meth:`propagation_cache_nbytes`; PubMed float32: 39 MB).
+            ``"auto"`` keeps it only where that raises no step's peak memory (it
+            replaces the ``A'X`` propagate-first holds anyway, when k >= m/2;
+            ``plan_gcn(reuse_extra_memory=False)``); True also where it costs
+            memory but saves time (e.g. OGB-Arxiv at k = 16: 87 MB more); False never.
             Invalidated by an in-place edit of ``x``, a new ``x``, graph or
             ``edge_weight``, another dtype or device (see ``_PropagationCache``).
             Input dropout makes ``x`` a new tensor every call: never cached. Setting
@@ -474,7 +478,7 @@ class GCNConv(_LayerInputs, nn.Module):
         *,
         scheme: str = "auto",
         format: str = "csr",
-        cache_propagation: bool = True,
+        cache_propagation: bool | str = "auto",
         **kwargs,
     ):
         super().__init__()
@@ -498,7 +502,9 @@ class GCNConv(_LayerInputs, nn.Module):
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self._graphs = GraphCache()
         self._features = _FeatureCache()
-        self.cache_propagation = bool(cache_propagation)
+        if cache_propagation not in ("auto", True, False):
+            raise ValueError(f"cache_propagation must be 'auto', True or False, got {cache_propagation!r}")
+        self.cache_propagation = cache_propagation
         self._propagation = _PropagationCache()
         self.last_plan: GCNPlan | None = None
         self.reset_parameters()
@@ -531,13 +537,14 @@ class GCNConv(_LayerInputs, nn.Module):
             graph.num_nodes, A.nnz, self.in_channels, self.out_channels, input_grad=training and x_grad,
             training=training, scheme=self.scheme, candidates=candidates, x_nnz=x_nnz,
             reuse=self._constant_input(x, graph) and self._propagation.seen(x, A),
+            reuse_extra_memory=getattr(self, "cache_propagation", "auto") is True,
         )
 
     def _constant_input(self, x, graph: Graph) -> bool:
         """Whether ``A'X`` of ``x`` may be kept across calls: ``cache_propagation`` on,
         ``x`` a dense tensor needing no gradient, the adjacency values constant."""
         return (
-            getattr(self, "cache_propagation", True) and isinstance(x, torch.Tensor) and not x.requires_grad
+            getattr(self, "cache_propagation", "auto") is not False and isinstance(x, torch.Tensor) and not x.requires_grad
             and not self._values_need_grad(graph)
         )
 
