@@ -368,6 +368,7 @@ class _LayerInputs:
         """
         if isinstance(x, torch.Tensor) and x.layout != torch.strided:
             x = self._torch_sparse_features(x)
+        weight = self._dtype_param()  # (its rows: the columns of X Θ, the products that read x)
         if isinstance(x, SparseFormat):
             graph = self._graphs(edge_index, edge_weight, x.shape[0])
             if x.shape != (graph.num_nodes, self.in_channels) or x.val is None or x.val.dim() != 1:
@@ -377,13 +378,11 @@ class _LayerInputs:
             xs, dense, dtype, device = x, None, x.val.dtype, x.device
         else:
             graph = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
-            weight = self._dtype_param()  # (its rows: the columns of X Θ, the products that read x)
             width = weight.size(0) if weight is not None else self.in_channels
             xs = self._features(x, graph.num_nodes, self.in_channels, width, self._backward_will_run(getattr(x, "requires_grad", False)))
             dense, dtype, device = x, x.dtype, x.device
         if device != graph.device:
             raise ValueError(f"x is on {device} but edge_index is on {graph.device}")
-        weight = self._dtype_param()
         if weight is not None and weight.dtype != dtype:
             raise TypeError(f"x is {dtype} but the layer's parameters are {weight.dtype}; call .to({dtype}) on the module")
         return graph, dense, xs, dtype
@@ -436,8 +435,7 @@ class GCNConv(_LayerInputs, nn.Module):
             dataset's features with no input dropout). From the second such call the
             plan (``"auto"`` only) may pick ``propagate-first+split+cache+reuse``,
             which runs no SpMM forward or backward; it does when its cost model
-            says so (dense features always, sparse bag-of-words rarely: see the
-            README). Memory: one ``(n, in_channels)`` tensor of ``x``'s dtype held
+            says so and (``"auto"``) no peak memory is added (see the README). Memory: one ``(n, in_channels)`` tensor of ``x``'s dtype held
             by the layer (:meth:`propagation_cache_nbytes`; PubMed float32: 39 MB).
             ``"auto"`` keeps it only where that raises no step's peak memory (it
             replaces the ``A'X`` propagate-first holds anyway, when k >= m/2;
