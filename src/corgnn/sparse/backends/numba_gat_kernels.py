@@ -33,6 +33,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .numba_kernels import _gather_kernel, _prefetch_gather
+
 __all__ = [
     "keep_edge",
     "node_scores",
@@ -111,167 +113,179 @@ def _row_softmax(i, lo, hi, idx, perm, has_perm, s, d, slope, mx, tot, buf, leak
             tot[h] += ex
 
 
-@njit(**_JIT)
-def gat_forward_rows(ptr, idx, perm, chunks, s, d, M, slope, thresh, scale, seed_lo, seed_hi, alpha, leaky, out):
-    """Edge logits, LeakyReLU, row softmax, attention dropout and semi-batched SpMM, fused.
+@_gather_kernel(operand=6)
+def gat_forward_rows(dist):
+    @njit(**_JIT)
+    def gat_forward_rows(ptr, idx, perm, chunks, s, d, M, slope, thresh, scale, seed_lo, seed_hi, alpha, leaky, out):
+        """Edge logits, LeakyReLU, row softmax, attention dropout and semi-batched SpMM, fused.
 
-    For destination row ``i`` and head ``h``: ``y_e = s[c_e, h] + d[i, h]``,
-    ``w_e = y_e if y_e > 0 else slope * y_e``, ``alpha_e = exp(w_e - max) / sum``,
-    ``out[i, h] = sum_e drop(alpha_e) * M[c_e, h]`` with
-    ``drop(a) = a * scale if keep_edge(e*H+h) else 0`` (only when ``thresh > 0``).
+        For destination row ``i`` and head ``h``: ``y_e = s[c_e, h] + d[i, h]``,
+        ``w_e = y_e if y_e > 0 else slope * y_e``, ``alpha_e = exp(w_e - max) / sum``,
+        ``out[i, h] = sum_e drop(alpha_e) * M[c_e, h]`` with
+        ``drop(a) = a * scale if keep_edge(e*H+h) else 0`` (only when ``thresh > 0``).
 
-    ptr (n+1,), idx (q,), perm (q,) or empty; chunks (T+1,) row bounds of the
-    parallel tasks (balanced on entries + rows); s, d (n, H); M (n, H, K);
-    alpha (q, H) out: the softmax *before* dropout; leaky (q, H) bool out
-    (``y_e > 0``) or empty (not written); out (n, H, K) overwritten (an empty row
-    gives zeros). ``slope`` and ``scale`` of ``M``'s dtype keep float32 math float32.
-    """
-    H = M.shape[1]
-    K = M.shape[2]
-    has_perm = perm.shape[0] > 0
-    want_leaky = leaky.shape[0] > 0
-    drop = thresh > 0
-    zero = scale * 0
-    for t in prange(chunks.shape[0] - 1):
-        mx = np.empty(H, dtype=M.dtype)
-        tot = np.empty(H, dtype=M.dtype)
-        for i in range(chunks[t], chunks[t + 1]):
-            lo = ptr[i]
-            hi = ptr[i + 1]
-            for h in range(H):
-                for k in range(K):
-                    out[i, h, k] = 0
-            if hi == lo:
-                continue
-            _row_softmax(i, lo, hi, idx, perm, has_perm, s, d, slope, mx, tot, alpha, leaky, want_leaky)
-            for h in range(H):
-                tot[h] = 1 / tot[h]
-            for j in range(lo, hi):
-                c = idx[j]
-                e = perm[j] if has_perm else j
+        ptr (n+1,), idx (q,), perm (q,) or empty; chunks (T+1,) row bounds of the
+        parallel tasks (balanced on entries + rows); s, d (n, H); M (n, H, K);
+        alpha (q, H) out: the softmax *before* dropout; leaky (q, H) bool out
+        (``y_e > 0``) or empty (not written); out (n, H, K) overwritten (an empty row
+        gives zeros). ``slope`` and ``scale`` of ``M``'s dtype keep float32 math float32.
+        """
+        H = M.shape[1]
+        K = M.shape[2]
+        has_perm = perm.shape[0] > 0
+        want_leaky = leaky.shape[0] > 0
+        drop = thresh > 0
+        zero = scale * 0
+        for t in prange(chunks.shape[0] - 1):
+            mx = np.empty(H, dtype=M.dtype)
+            tot = np.empty(H, dtype=M.dtype)
+            for i in range(chunks[t], chunks[t + 1]):
+                lo = ptr[i]
+                hi = ptr[i + 1]
                 for h in range(H):
-                    a = alpha[e, h] * tot[h]
-                    alpha[e, h] = a
-                    if drop:  # branch-free: a dropped entry adds zeros
-                        a *= scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
                     for k in range(K):
-                        out[i, h, k] += a * M[c, h, k]
-
-
-@njit(**_JIT)
-def gat_backward_rows(ptr, idx, perm, chunks, G, M, alpha, leaky, s, d, slope, thresh, scale, seed_lo, seed_hi, alpha_d, dy, dd):
-    """Backward over destination rows: SDDMM, dropout, softmax and LeakyReLU backward.
-
-    Per row ``i``, head ``h`` (paper appendix "GAT Backward Pass"):
-    ``g_e = <G[i, h], M[c_e, h]>`` (semi-batched SDDMM, the gradient of the dropped
-    attention), ``dalpha_e = g_e * scale * keep_e`` (dropout backward),
-    ``dw_e = alpha_e (dalpha_e - sum_row alpha * dalpha)`` (softmax backward),
-    ``dy_e = dw_e * (1 if y_e > 0 else slope)`` (LeakyReLU backward) and
-    ``dd[i, h] = sum_row dy`` (``y_e = s[c] + d[i]``, so ``d``'s gradient is a row sum).
-
-    Inputs: chunks (T+1,) row bounds of the parallel tasks; G (n, H, K) gradient of
-    the aggregated output; M (n, H, K); either ``alpha`` (q, H) and ``leaky`` (q, H)
-    bool cached, or both empty and recomputed from ``s, d (n, H)``.
-    Outputs: ``alpha_d`` (q, H) the dropped attention ``scale * keep * alpha`` for
-    the transposed SpMM (empty = not written: no dropout and ``alpha`` cached, the
-    caller reads ``alpha``), ``dy`` (q, H), ``dd`` (n, H); all overwritten.
-    """
-    H = M.shape[1]
-    K = M.shape[2]
-    has_perm = perm.shape[0] > 0
-    cached = alpha.shape[0] > 0
-    drop = thresh > 0
-    zero = scale * 0
-    for t in prange(chunks.shape[0] - 1):
-        mx = np.empty(H, dtype=M.dtype)
-        inv = np.empty(H, dtype=M.dtype)
-        dot = np.empty(H, dtype=M.dtype)
-        for i in range(chunks[t], chunks[t + 1]):
-            lo = ptr[i]
-            hi = ptr[i + 1]
-            for h in range(H):
-                dd[i, h] = 0
-                dot[h] = 0
-            if hi == lo:
-                continue
-            src = alpha
-            if not cached:
-                # recompute the softmax (schemes none/features/node_attention) into alpha_d
-                _row_softmax(i, lo, hi, idx, perm, has_perm, s, d, slope, mx, inv, alpha_d, leaky, False)
+                        out[i, h, k] = 0
+                if hi == lo:
+                    continue
+                _row_softmax(i, lo, hi, idx, perm, has_perm, s, d, slope, mx, tot, alpha, leaky, want_leaky)
                 for h in range(H):
-                    inv[h] = 1 / inv[h]
+                    tot[h] = 1 / tot[h]
+                _prefetch_gather(M, idx, lo, hi, dist)
                 for j in range(lo, hi):
+                    c = idx[j]
                     e = perm[j] if has_perm else j
                     for h in range(H):
-                        alpha_d[e, h] *= inv[h]
-                src = alpha_d
-            # pass 1: g_e (into dy) and the row dot sum(alpha * dalpha)
-            for j in range(lo, hi):
-                c = idx[j]
-                e = perm[j] if has_perm else j
+                        a = alpha[e, h] * tot[h]
+                        alpha[e, h] = a
+                        if drop:  # branch-free: a dropped entry adds zeros
+                            a *= scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
+                        for k in range(K):
+                            out[i, h, k] += a * M[c, h, k]
+    return gat_forward_rows
+
+
+@_gather_kernel(operand=5)
+def gat_backward_rows(dist):
+    @njit(**_JIT)
+    def gat_backward_rows(ptr, idx, perm, chunks, G, M, alpha, leaky, s, d, slope, thresh, scale, seed_lo, seed_hi, alpha_d, dy, dd):
+        """Backward over destination rows: SDDMM, dropout, softmax and LeakyReLU backward.
+
+        Per row ``i``, head ``h`` (paper appendix "GAT Backward Pass"):
+        ``g_e = <G[i, h], M[c_e, h]>`` (semi-batched SDDMM, the gradient of the dropped
+        attention), ``dalpha_e = g_e * scale * keep_e`` (dropout backward),
+        ``dw_e = alpha_e (dalpha_e - sum_row alpha * dalpha)`` (softmax backward),
+        ``dy_e = dw_e * (1 if y_e > 0 else slope)`` (LeakyReLU backward) and
+        ``dd[i, h] = sum_row dy`` (``y_e = s[c] + d[i]``, so ``d``'s gradient is a row sum).
+
+        Inputs: chunks (T+1,) row bounds of the parallel tasks; G (n, H, K) gradient of
+        the aggregated output; M (n, H, K); either ``alpha`` (q, H) and ``leaky`` (q, H)
+        bool cached, or both empty and recomputed from ``s, d (n, H)``.
+        Outputs: ``alpha_d`` (q, H) the dropped attention ``scale * keep * alpha`` for
+        the transposed SpMM (empty = not written: no dropout and ``alpha`` cached, the
+        caller reads ``alpha``), ``dy`` (q, H), ``dd`` (n, H); all overwritten.
+        """
+        H = M.shape[1]
+        K = M.shape[2]
+        has_perm = perm.shape[0] > 0
+        cached = alpha.shape[0] > 0
+        drop = thresh > 0
+        zero = scale * 0
+        for t in prange(chunks.shape[0] - 1):
+            mx = np.empty(H, dtype=M.dtype)
+            inv = np.empty(H, dtype=M.dtype)
+            dot = np.empty(H, dtype=M.dtype)
+            for i in range(chunks[t], chunks[t + 1]):
+                lo = ptr[i]
+                hi = ptr[i + 1]
                 for h in range(H):
-                    g = G[i, h, 0] * M[c, h, 0]
-                    for k in range(1, K):
-                        g += G[i, h, k] * M[c, h, k]
-                    if drop:
-                        g *= scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
-                    dy[e, h] = g
-                    dot[h] += src[e, h] * g
-            # pass 2: dy_e, the row sum, the dropped attention
-            for j in range(lo, hi):
-                c = idx[j]
-                e = perm[j] if has_perm else j
+                    dd[i, h] = 0
+                    dot[h] = 0
+                if hi == lo:
+                    continue
+                src = alpha
+                if not cached:
+                    # recompute the softmax (schemes none/features/node_attention) into alpha_d
+                    _row_softmax(i, lo, hi, idx, perm, has_perm, s, d, slope, mx, inv, alpha_d, leaky, False)
+                    for h in range(H):
+                        inv[h] = 1 / inv[h]
+                    for j in range(lo, hi):
+                        e = perm[j] if has_perm else j
+                        for h in range(H):
+                            alpha_d[e, h] *= inv[h]
+                    src = alpha_d
+                # pass 1: g_e (into dy) and the row dot sum(alpha * dalpha)
+                _prefetch_gather(M, idx, lo, hi, dist)
+                for j in range(lo, hi):
+                    c = idx[j]
+                    e = perm[j] if has_perm else j
+                    for h in range(H):
+                        g = G[i, h, 0] * M[c, h, 0]
+                        for k in range(1, K):
+                            g += G[i, h, k] * M[c, h, k]
+                        if drop:
+                            g *= scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
+                        dy[e, h] = g
+                        dot[h] += src[e, h] * g
+                # pass 2: dy_e, the row sum, the dropped attention
+                for j in range(lo, hi):
+                    c = idx[j]
+                    e = perm[j] if has_perm else j
+                    for h in range(H):
+                        a = src[e, h]
+                        if cached:
+                            pos = leaky[e, h]
+                        else:
+                            pos = s[c, h] + d[i, h] > 0
+                        v = a * (dy[e, h] - dot[h])
+                        if not pos:
+                            v *= slope
+                        dy[e, h] = v
+                        dd[i, h] += v
+                        if drop:
+                            alpha_d[e, h] = a * (scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero)
+    return gat_backward_rows
+
+
+@_gather_kernel(operand=4)
+def gat_backward_cols(dist):
+    @njit(**_JIT)
+    def gat_backward_cols(ptr, idx, perm, chunks, G, alpha_d, dy, dd, a_src, a_dst, dM, ds):
+        """Backward over source nodes (the transposed walk): ``ds`` and ``dL/dM``.
+
+        For source ``c`` (entries ``e`` with destination ``i_e``):
+        ``ds[c, h] = sum_e dy[e, h]`` (``y_e = s[c] + d[i]``: a column sum) and
+        ``dM[c, h] = sum_e alpha_d[e, h] G[i_e, h] + ds[c, h] a_src[h] + dd[c, h] a_dst[h]``
+        (``A^T G`` with the dropped attention, plus the node-attention terms).
+
+        ptr (n+1,), idx (q,) destination of each walked entry, perm (q,) or empty: entry
+        position; chunks (T+1,) column bounds of the parallel tasks; G (n, H, K);
+        alpha_d, dy (q, H); dd (n, H); a_src, a_dst (H, K); dM (n, H, K), ds (n, H)
+        overwritten.
+        """
+        H = G.shape[1]
+        K = G.shape[2]
+        has_perm = perm.shape[0] > 0
+        for t in prange(chunks.shape[0] - 1):
+            for c in range(chunks[t], chunks[t + 1]):
                 for h in range(H):
-                    a = src[e, h]
-                    if cached:
-                        pos = leaky[e, h]
-                    else:
-                        pos = s[c, h] + d[i, h] > 0
-                    v = a * (dy[e, h] - dot[h])
-                    if not pos:
-                        v *= slope
-                    dy[e, h] = v
-                    dd[i, h] += v
-                    if drop:
-                        alpha_d[e, h] = a * (scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero)
-
-
-@njit(**_JIT)
-def gat_backward_cols(ptr, idx, perm, chunks, G, alpha_d, dy, dd, a_src, a_dst, dM, ds):
-    """Backward over source nodes (the transposed walk): ``ds`` and ``dL/dM``.
-
-    For source ``c`` (entries ``e`` with destination ``i_e``):
-    ``ds[c, h] = sum_e dy[e, h]`` (``y_e = s[c] + d[i]``: a column sum) and
-    ``dM[c, h] = sum_e alpha_d[e, h] G[i_e, h] + ds[c, h] a_src[h] + dd[c, h] a_dst[h]``
-    (``A^T G`` with the dropped attention, plus the node-attention terms).
-
-    ptr (n+1,), idx (q,) destination of each walked entry, perm (q,) or empty: entry
-    position; chunks (T+1,) column bounds of the parallel tasks; G (n, H, K);
-    alpha_d, dy (q, H); dd (n, H); a_src, a_dst (H, K); dM (n, H, K), ds (n, H)
-    overwritten.
-    """
-    H = G.shape[1]
-    K = G.shape[2]
-    has_perm = perm.shape[0] > 0
-    for t in prange(chunks.shape[0] - 1):
-        for c in range(chunks[t], chunks[t + 1]):
-            for h in range(H):
-                ds[c, h] = 0
-                for k in range(K):
-                    dM[c, h, k] = 0
-            for j in range(ptr[c], ptr[c + 1]):
-                i = idx[j]
-                e = perm[j] if has_perm else j
-                for h in range(H):
-                    ad = alpha_d[e, h]
-                    ds[c, h] += dy[e, h]
+                    ds[c, h] = 0
                     for k in range(K):
-                        dM[c, h, k] += ad * G[i, h, k]
-            for h in range(H):
-                sc = ds[c, h]
-                dc = dd[c, h]
-                for k in range(K):
-                    dM[c, h, k] += sc * a_src[h, k] + dc * a_dst[h, k]
+                        dM[c, h, k] = 0
+                _prefetch_gather(G, idx, ptr[c], ptr[c + 1], dist)
+                for j in range(ptr[c], ptr[c + 1]):
+                    i = idx[j]
+                    e = perm[j] if has_perm else j
+                    for h in range(H):
+                        ad = alpha_d[e, h]
+                        ds[c, h] += dy[e, h]
+                        for k in range(K):
+                            dM[c, h, k] += ad * G[i, h, k]
+                for h in range(H):
+                    sc = ds[c, h]
+                    dc = dd[c, h]
+                    for k in range(K):
+                        dM[c, h, k] += sc * a_src[h, k] + dc * a_dst[h, k]
+    return gat_backward_cols
 
 
 @njit(**_JIT)

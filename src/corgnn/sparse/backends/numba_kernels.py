@@ -39,7 +39,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 __all__ = [
     "spmm_rows",
@@ -61,114 +64,220 @@ __all__ = [
 
 _JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
 
+PREFETCH_DISTANCE = 32
+"""Entries ahead whose dense row the gather kernels prefetch (issue 12, lever 3).
 
-@njit(**_JIT)
-def spmm_rows(ptr, idx, val, perm, B, out, bias):
-    """``out[i] = bias + sum_j val[e_j] * B[idx[j]]`` over row ``i``'s entries.
+A row kernel's time on a graph whose dense operand does not fit in cache is the
+latency of its row gathers ``B[idx[j]]``: each is a dependent random access, and the
+out-of-order window holds only a few of them. Prefetching every cache line of row
+``idx[j + D]`` while row ``idx[j]`` is summed keeps about ``D`` gathers in flight.
+``D`` crosses row boundaries on purpose (a thread walks consecutive rows; average
+degrees are 3-14 on the paper's graphs). Measured on the OGB-Arxiv stand-in (2
+threads, float32, min of 15 calls): CSR SpMM at f = 16 / 64 / 256 took 16.1 / 31.1 /
+120 ms without prefetch, 15.9 / 24.0 / 56.2 with D = 16, 8.0 / 15.7 / 52.2 with
+D = 32 and 7.8 / 15.9 / 62.5 with D = 64; prefetching every other line (relying on
+the adjacent-line prefetcher) was slower at every D. Details in
+``benchmarks/README.md`` ("Issue 12, lever 3").
+"""
+PREFETCH_MIN_BYTES = 4 * 2**20
+"""Gathered operands up to this size (bytes) are not prefetched: they live in the
+per-core caches, where the prefetch instructions only cost issue slots (measured on
+PubMed's shape, n = 19,717, 2 threads: f = 16 (1.3 MB) 0.24 -> 0.28 ms with
+prefetch, f = 64 (5 MB) 0.39 -> 0.40 ms, f = 256 (20 MB) 1.99 -> 1.63 ms)."""
+_LINE = 64  # bytes per cache line on x86-64 and most AArch64 cores
 
-    ptr (n+1,) int64; idx (nnz,) int64; val (nnz,) float or empty (= all ones);
-    perm (nnz,) int64 or empty; B (m, f); out (n, f) overwritten; bias (f,) or
-    empty (= none), the row's starting value.
+
+@intrinsic
+def _prefetch(typingctx, arr, row, offset):
+    """``llvm.prefetch`` (read, high locality, data cache) of the byte at ``offset``
+    in row ``row`` of ``arr`` (address ``data + row * strides[0] + offset``).
+
+    A hint: it never faults (an address past the array is ignored by the CPU) and
+    never changes a result; LLVM drops it on targets without a prefetch instruction.
     """
-    n = ptr.shape[0] - 1
-    f = B.shape[1]
-    has_val = val.shape[0] > 0
-    has_perm = perm.shape[0] > 0
-    has_bias = bias.shape[0] > 0
-    for i in prange(n):
-        if has_bias:
-            for k in range(f):
-                out[i, k] = bias[k]
-        else:
-            for k in range(f):
-                out[i, k] = 0
-        for j in range(ptr[i], ptr[i + 1]):
+    if not isinstance(arr, types.Array) or not isinstance(row, types.Integer) or not isinstance(offset, types.Integer):
+        return None
+    sig = types.void(arr, row, offset)
+
+    def codegen(context, builder, signature, args):
+        aryty, rowty, offty = signature.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        stride0 = cgutils.unpack_tuple(builder, ary.strides)[0]
+        r = context.cast(builder, args[1], rowty, types.intp)
+        o = context.cast(builder, args[2], offty, types.intp)
+        byte = builder.add(builder.mul(r, stride0), o)
+        i8p = ir.IntType(8).as_pointer()
+        addr = builder.gep(builder.bitcast(ary.data, i8p), [byte])
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
+        builder.call(fn, [addr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+class _GatherKernel:
+    """A gather kernel compiled from one source twice: without prefetching and with
+    :data:`PREFETCH_DISTANCE`; a call runs the first when the gathered operand
+    (positional argument ``operand``) has at most :data:`PREFETCH_MIN_BYTES`, else
+    the second. ``dist`` is a compile-time constant of each compilation, so the plain
+    one is the kernel as it was before prefetching (a runtime test of ``dist`` cost
+    10-25 % on cache-resident graphs, measured on PubMed's shape at f = 16).
+    """
+
+    def __init__(self, factory, operand: int):
+        self.plain = factory(0)
+        self.prefetching = factory(PREFETCH_DISTANCE)
+        self.operand = operand
+        self.__name__ = factory.__name__
+        self.__doc__ = self.plain.py_func.__doc__
+
+    def __call__(self, *args):
+        big = args[self.operand].nbytes > PREFETCH_MIN_BYTES
+        return (self.prefetching if big else self.plain)(*args)
+
+
+def _gather_kernel(operand: int):
+    """Decorator: ``factory(dist) -> njit kernel`` becomes a :class:`_GatherKernel`."""
+    return lambda factory: _GatherKernel(factory, operand)
+
+
+@njit(inline="always")
+def _prefetch_gather(B, idx, lo, hi, dist):
+    """Prefetch every cache line of the rows ``B[idx[j + dist]]`` for ``j`` in
+    ``[lo, hi)`` (rows of ``B`` contiguous; nothing past the last entry; ``dist = 0``:
+    nothing). Called once per row before its accumulation loop, which stays as it
+    was (a test inside that loop cost 10-40 % on cache-resident graphs)."""
+    if dist > 0:
+        for j in range(lo + dist, min(hi + dist, idx.shape[0])):
             c = idx[j]
-            if has_val:
-                e = perm[j] if has_perm else j
-                v = val[e]
+            for b in range(0, B.strides[0], _LINE):
+                _prefetch(B, c, b)
+
+
+@_gather_kernel(operand=4)
+def spmm_rows(dist):
+    @njit(**_JIT)
+    def spmm_rows(ptr, idx, val, perm, B, out, bias):
+        """``out[i] = bias + sum_j val[e_j] * B[idx[j]]`` over row ``i``'s entries.
+
+        ptr (n+1,) int64; idx (nnz,) int64; val (nnz,) float or empty (= all ones);
+        perm (nnz,) int64 or empty; B (m, f); out (n, f) overwritten; bias (f,) or
+        empty (= none), the row's starting value.
+        """
+        n = ptr.shape[0] - 1
+        f = B.shape[1]
+        has_val = val.shape[0] > 0
+        has_perm = perm.shape[0] > 0
+        has_bias = bias.shape[0] > 0
+        for i in prange(n):
+            if has_bias:
                 for k in range(f):
-                    out[i, k] += v * B[c, k]
+                    out[i, k] = bias[k]
             else:
                 for k in range(f):
-                    out[i, k] += B[c, k]
-
-
-@njit(**_JIT)
-def spmm_rows_heads(ptr, idx, val, perm, B, out):
-    """Semi-batched SpMM: ``out[i, h] = sum_j val[e_j, h] * B[idx[j], h]``.
-
-    val (nnz, H), or empty (0 rows) for an all-ones pattern; B (m, H, f); out (n, H, f)
-    overwritten. The head dimension is the middle one so one neighbour's rows for
-    all heads are contiguous (paper §Multi-head GAT).
-    """
-    n = ptr.shape[0] - 1
-    H = B.shape[1]
-    f = B.shape[2]
-    has_val = val.shape[0] > 0
-    has_perm = perm.shape[0] > 0
-    for i in prange(n):
-        for h in range(H):
-            for k in range(f):
-                out[i, h, k] = 0
-        for j in range(ptr[i], ptr[i + 1]):
-            c = idx[j]
-            e = perm[j] if has_perm else j
-            for h in range(H):
+                    out[i, k] = 0
+            _prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
+            for j in range(ptr[i], ptr[i + 1]):
+                c = idx[j]
                 if has_val:
-                    v = val[e, h]
+                    e = perm[j] if has_perm else j
+                    v = val[e]
                     for k in range(f):
-                        out[i, h, k] += v * B[c, h, k]
+                        out[i, k] += v * B[c, k]
                 else:
                     for k in range(f):
-                        out[i, h, k] += B[c, h, k]
+                        out[i, k] += B[c, k]
+    return spmm_rows
 
 
-@njit(**_JIT)
-def sddmm_rows(ptr, idx, val, perm, B, C, out):
-    """``out[e_j] = val[e_j] * <B[i], C[idx[j]]>`` for each entry ``j`` of row ``i``.
+@_gather_kernel(operand=4)
+def spmm_rows_heads(dist):
+    @njit(**_JIT)
+    def spmm_rows_heads(ptr, idx, val, perm, B, out):
+        """Semi-batched SpMM: ``out[i, h] = sum_j val[e_j, h] * B[idx[j], h]``.
 
-    B (n, f) row operand; C (m, f) column operand (``C^T`` of the math, row-major);
-    val (nnz,) or empty (= ones); out (nnz,) in the caller's entry order.
-    """
-    n = ptr.shape[0] - 1
-    f = B.shape[1]
-    has_val = val.shape[0] > 0
-    has_perm = perm.shape[0] > 0
-    for i in prange(n):
-        for j in range(ptr[i], ptr[i + 1]):
-            c = idx[j]
-            s = 0.0  # accumulate in float64
-            for k in range(f):
-                s += B[i, k] * C[c, k]
-            e = perm[j] if has_perm else j
-            if has_val:
-                s *= val[e]
-            out[e] = s
-
-
-@njit(**_JIT)
-def sddmm_rows_heads(ptr, idx, val, perm, B, C, out):
-    """Semi-batched SDDMM: ``out[e_j, h] = val[e_j, h] * <B[i, h], C[idx[j], h]>``.
-
-    B (n, H, f); C (m, H, f); val (nnz, H) or empty; out (nnz, H).
-    """
-    n = ptr.shape[0] - 1
-    H = B.shape[1]
-    f = B.shape[2]
-    has_val = val.shape[0] > 0
-    has_perm = perm.shape[0] > 0
-    for i in prange(n):
-        for j in range(ptr[i], ptr[i + 1]):
-            c = idx[j]
-            e = perm[j] if has_perm else j
+        val (nnz, H), or empty (0 rows) for an all-ones pattern; B (m, H, f); out (n, H, f)
+        overwritten. The head dimension is the middle one so one neighbour's rows for
+        all heads are contiguous (paper §Multi-head GAT).
+        """
+        n = ptr.shape[0] - 1
+        H = B.shape[1]
+        f = B.shape[2]
+        has_val = val.shape[0] > 0
+        has_perm = perm.shape[0] > 0
+        for i in prange(n):
             for h in range(H):
-                s = 0.0
                 for k in range(f):
-                    s += B[i, h, k] * C[c, h, k]
+                    out[i, h, k] = 0
+            _prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
+            for j in range(ptr[i], ptr[i + 1]):
+                c = idx[j]
+                e = perm[j] if has_perm else j
+                for h in range(H):
+                    if has_val:
+                        v = val[e, h]
+                        for k in range(f):
+                            out[i, h, k] += v * B[c, h, k]
+                    else:
+                        for k in range(f):
+                            out[i, h, k] += B[c, h, k]
+    return spmm_rows_heads
+
+
+@_gather_kernel(operand=5)
+def sddmm_rows(dist):
+    @njit(**_JIT)
+    def sddmm_rows(ptr, idx, val, perm, B, C, out):
+        """``out[e_j] = val[e_j] * <B[i], C[idx[j]]>`` for each entry ``j`` of row ``i``.
+
+        B (n, f) row operand; C (m, f) column operand (``C^T`` of the math, row-major);
+        val (nnz,) or empty (= ones); out (nnz,) in the caller's entry order.
+        """
+        n = ptr.shape[0] - 1
+        f = B.shape[1]
+        has_val = val.shape[0] > 0
+        has_perm = perm.shape[0] > 0
+        for i in prange(n):
+            _prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
+            for j in range(ptr[i], ptr[i + 1]):
+                c = idx[j]
+                s = 0.0  # accumulate in float64
+                for k in range(f):
+                    s += B[i, k] * C[c, k]
+                e = perm[j] if has_perm else j
                 if has_val:
-                    s *= val[e, h]
-                out[e, h] = s
+                    s *= val[e]
+                out[e] = s
+    return sddmm_rows
+
+
+@_gather_kernel(operand=5)
+def sddmm_rows_heads(dist):
+    @njit(**_JIT)
+    def sddmm_rows_heads(ptr, idx, val, perm, B, C, out):
+        """Semi-batched SDDMM: ``out[e_j, h] = val[e_j, h] * <B[i, h], C[idx[j], h]>``.
+
+        B (n, H, f); C (m, H, f); val (nnz, H) or empty; out (nnz, H).
+        """
+        n = ptr.shape[0] - 1
+        H = B.shape[1]
+        f = B.shape[2]
+        has_val = val.shape[0] > 0
+        has_perm = perm.shape[0] > 0
+        for i in prange(n):
+            _prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
+            for j in range(ptr[i], ptr[i + 1]):
+                c = idx[j]
+                e = perm[j] if has_perm else j
+                for h in range(H):
+                    s = 0.0
+                    for k in range(f):
+                        s += B[i, h, k] * C[c, h, k]
+                    if has_val:
+                        s *= val[e, h]
+                    out[e, h] = s
+    return sddmm_rows_heads
 
 
 @njit(**_JIT)
@@ -314,158 +423,174 @@ def _chunk_bounds(nnz, nchunks):
     return b
 
 
-@njit(**_JIT)
-def spmm_coo(row, col, val, B, out, nchunks, accumulate):
-    """COO SpMM over row-sorted entries, split evenly by *entries* (not rows):
-    ``out[r] (+)= sum_{e: row[e] = r} val[e] * B[col[e]]``.
+@_gather_kernel(operand=3)
+def spmm_coo(dist):
+    @njit(**_JIT)
+    def spmm_coo(row, col, val, B, out, nchunks, accumulate):
+        """COO SpMM over row-sorted entries, split evenly by *entries* (not rows):
+        ``out[r] (+)= sum_{e: row[e] = r} val[e] * B[col[e]]``.
 
-    row, col (nnz,) int64 with ``row`` non-decreasing; val (nnz,) or empty;
-    B (m, f); out (n, f); ``accumulate``: add into ``out`` (rows without entries are
-    left alone) instead of overwriting it (they are zeroed).
+        row, col (nnz,) int64 with ``row`` non-decreasing; val (nnz,) or empty;
+        B (m, f); out (n, f); ``accumulate``: add into ``out`` (rows without entries are
+        left alone) instead of overwriting it (they are zeroed).
 
-    Chunk ``c`` takes entries ``[nnz*c/nchunks, nnz*(c+1)/nchunks)``: the same work
-    per thread whatever the degree distribution. A row is written by the chunk that
-    holds its first entry; a chunk starting inside a row (a long row spanning
-    chunks) sums its share into a private ``carry`` row, added serially at the end
-    (at most ``nchunks`` rows), so there are no atomics. Empty rows are zeroed by
-    the chunk holding the next entry (the last chunk zeroes the trailing ones).
-    """
-    nnz = row.shape[0]
-    n = out.shape[0]
-    f = B.shape[1]
-    has_val = val.shape[0] > 0
-    if nnz == 0:
-        if not accumulate:
-            out[:] = 0
-        return
-    nchunks = max(1, min(nchunks, nnz))
-    bounds = _chunk_bounds(nnz, nchunks)
-    carry = np.zeros((nchunks, f), dtype=out.dtype)
-    carry_row = np.full(nchunks, -1, dtype=np.int64)
-    for ch in prange(nchunks):
-        k = bounds[ch]
-        end = bounds[ch + 1]
-        while k < end:
-            r = row[k]
-            if k == bounds[ch] and k > 0 and row[k - 1] == r:  # continues the previous chunk's row
-                carry_row[ch] = r
-                dst = carry[ch]
-            else:
-                dst = out[r]
-                if not accumulate:
-                    for rr in range(row[k - 1] + 1 if k > 0 else 0, r + 1):  # empty rows before r, and r
-                        for x in range(f):
-                            out[rr, x] = 0
-            while k < end and row[k] == r:
-                c = col[k]
-                if has_val:
-                    v = val[k]
-                    for x in range(f):
-                        dst[x] += v * B[c, x]
+        Chunk ``c`` takes entries ``[nnz*c/nchunks, nnz*(c+1)/nchunks)``: the same work
+        per thread whatever the degree distribution. A row is written by the chunk that
+        holds its first entry; a chunk starting inside a row (a long row spanning
+        chunks) sums its share into a private ``carry`` row, added serially at the end
+        (at most ``nchunks`` rows), so there are no atomics. Empty rows are zeroed by
+        the chunk holding the next entry (the last chunk zeroes the trailing ones).
+        """
+        nnz = row.shape[0]
+        n = out.shape[0]
+        f = B.shape[1]
+        has_val = val.shape[0] > 0
+        if nnz == 0:
+            if not accumulate:
+                out[:] = 0
+            return
+        nchunks = max(1, min(nchunks, nnz))
+        bounds = _chunk_bounds(nnz, nchunks)
+        carry = np.zeros((nchunks, f), dtype=out.dtype)
+        carry_row = np.full(nchunks, -1, dtype=np.int64)
+        for ch in prange(nchunks):
+            k = bounds[ch]
+            end = bounds[ch + 1]
+            while k < end:
+                r = row[k]
+                if k == bounds[ch] and k > 0 and row[k - 1] == r:  # continues the previous chunk's row
+                    carry_row[ch] = r
+                    dst = carry[ch]
                 else:
-                    for x in range(f):
-                        dst[x] += B[c, x]
-                k += 1
-        if ch == nchunks - 1 and not accumulate:
-            for rr in range(row[nnz - 1] + 1, n):
-                for x in range(f):
-                    out[rr, x] = 0
-    for ch in range(nchunks):
-        if carry_row[ch] >= 0:
-            for x in range(f):
-                out[carry_row[ch], x] += carry[ch, x]
-
-
-@njit(**_JIT)
-def spmm_coo_heads(row, col, val, B, out, nchunks, accumulate):
-    """Semi-batched :func:`spmm_coo`: val (nnz, H) or (0, H); B (m, H, f); out (n, H, f)."""
-    nnz = row.shape[0]
-    n = out.shape[0]
-    H = B.shape[1]
-    f = B.shape[2]
-    has_val = val.shape[0] > 0
-    if nnz == 0:
-        if not accumulate:
-            out[:] = 0
-        return
-    nchunks = max(1, min(nchunks, nnz))
-    bounds = _chunk_bounds(nnz, nchunks)
-    carry = np.zeros((nchunks, H, f), dtype=out.dtype)
-    carry_row = np.full(nchunks, -1, dtype=np.int64)
-    for ch in prange(nchunks):
-        k = bounds[ch]
-        end = bounds[ch + 1]
-        while k < end:
-            r = row[k]
-            if k == bounds[ch] and k > 0 and row[k - 1] == r:
-                carry_row[ch] = r
-                dst = carry[ch]
-            else:
-                dst = out[r]
-                if not accumulate:
-                    for rr in range(row[k - 1] + 1 if k > 0 else 0, r + 1):
-                        out[rr] = 0
-            while k < end and row[k] == r:
-                c = col[k]
-                for h in range(H):
+                    dst = out[r]
+                    if not accumulate:
+                        for rr in range(row[k - 1] + 1 if k > 0 else 0, r + 1):  # empty rows before r, and r
+                            for x in range(f):
+                                out[rr, x] = 0
+                while k < end and row[k] == r:
+                    _prefetch_gather(B, col, k, k + 1, dist)
+                    c = col[k]
                     if has_val:
-                        v = val[k, h]
+                        v = val[k]
                         for x in range(f):
-                            dst[h, x] += v * B[c, h, x]
+                            dst[x] += v * B[c, x]
                     else:
                         for x in range(f):
-                            dst[h, x] += B[c, h, x]
-                k += 1
-        if ch == nchunks - 1 and not accumulate:
-            for rr in range(row[nnz - 1] + 1, n):
-                out[rr] = 0
-    for ch in range(nchunks):
-        if carry_row[ch] >= 0:
-            out[carry_row[ch]] += carry[ch]
+                            dst[x] += B[c, x]
+                    k += 1
+            if ch == nchunks - 1 and not accumulate:
+                for rr in range(row[nnz - 1] + 1, n):
+                    for x in range(f):
+                        out[rr, x] = 0
+        for ch in range(nchunks):
+            if carry_row[ch] >= 0:
+                for x in range(f):
+                    out[carry_row[ch], x] += carry[ch, x]
+    return spmm_coo
 
 
-@njit(**_JIT)
-def sddmm_coo(row, col, val, B, C, out):
-    """COO SDDMM, parallel over entries in any order:
-    ``out[e] = val[e] * <B[row[e]], C[col[e]]>``.
+@_gather_kernel(operand=3)
+def spmm_coo_heads(dist):
+    @njit(**_JIT)
+    def spmm_coo_heads(row, col, val, B, out, nchunks, accumulate):
+        """Semi-batched :func:`spmm_coo`: val (nnz, H) or (0, H); B (m, H, f); out (n, H, f)."""
+        nnz = row.shape[0]
+        n = out.shape[0]
+        H = B.shape[1]
+        f = B.shape[2]
+        has_val = val.shape[0] > 0
+        if nnz == 0:
+            if not accumulate:
+                out[:] = 0
+            return
+        nchunks = max(1, min(nchunks, nnz))
+        bounds = _chunk_bounds(nnz, nchunks)
+        carry = np.zeros((nchunks, H, f), dtype=out.dtype)
+        carry_row = np.full(nchunks, -1, dtype=np.int64)
+        for ch in prange(nchunks):
+            k = bounds[ch]
+            end = bounds[ch + 1]
+            while k < end:
+                r = row[k]
+                if k == bounds[ch] and k > 0 and row[k - 1] == r:
+                    carry_row[ch] = r
+                    dst = carry[ch]
+                else:
+                    dst = out[r]
+                    if not accumulate:
+                        for rr in range(row[k - 1] + 1 if k > 0 else 0, r + 1):
+                            out[rr] = 0
+                while k < end and row[k] == r:
+                    _prefetch_gather(B, col, k, k + 1, dist)
+                    c = col[k]
+                    for h in range(H):
+                        if has_val:
+                            v = val[k, h]
+                            for x in range(f):
+                                dst[h, x] += v * B[c, h, x]
+                        else:
+                            for x in range(f):
+                                dst[h, x] += B[c, h, x]
+                    k += 1
+            if ch == nchunks - 1 and not accumulate:
+                for rr in range(row[nnz - 1] + 1, n):
+                    out[rr] = 0
+        for ch in range(nchunks):
+            if carry_row[ch] >= 0:
+                out[carry_row[ch]] += carry[ch]
+    return spmm_coo_heads
 
-    row, col (nnz,) int64; val (nnz,) or empty; B (n, f); C (m, f); out (nnz,).
-    """
-    nnz = row.shape[0]
-    f = B.shape[1]
-    has_val = val.shape[0] > 0
-    for e in prange(nnz):
-        r = row[e]
-        c = col[e]
-        s = 0.0
-        for k in range(f):
-            s += B[r, k] * C[c, k]
-        if has_val:
-            s *= val[e]
-        out[e] = s
 
+@_gather_kernel(operand=4)
+def sddmm_coo(dist):
+    @njit(**_JIT)
+    def sddmm_coo(row, col, val, B, C, out):
+        """COO SDDMM, parallel over entries in any order:
+        ``out[e] = val[e] * <B[row[e]], C[col[e]]>``.
 
-@njit(**_JIT)
-def sddmm_coo_heads(row, col, val, B, C, out):
-    """Semi-batched :func:`sddmm_coo`: val (nnz, H) or empty; B (n, H, f); C (m, H, f); out (nnz, H)."""
-    nnz = row.shape[0]
-    H = B.shape[1]
-    f = B.shape[2]
-    has_val = val.shape[0] > 0
-    for e in prange(nnz):
-        r = row[e]
-        c = col[e]
-        for h in range(H):
+        row, col (nnz,) int64; val (nnz,) or empty; B (n, f); C (m, f); out (nnz,).
+        """
+        nnz = row.shape[0]
+        f = B.shape[1]
+        has_val = val.shape[0] > 0
+        for e in prange(nnz):
+            _prefetch_gather(C, col, e, e + 1, dist)
+            r = row[e]
+            c = col[e]
             s = 0.0
             for k in range(f):
-                s += B[r, h, k] * C[c, h, k]
+                s += B[r, k] * C[c, k]
             if has_val:
-                s *= val[e, h]
-            out[e, h] = s
+                s *= val[e]
+            out[e] = s
+    return sddmm_coo
 
 
-# ------------------------------------------------------- dense -> CSR (features)
-# (no fastmath: the comparisons with 0 must see every value as it is)
+@_gather_kernel(operand=4)
+def sddmm_coo_heads(dist):
+    @njit(**_JIT)
+    def sddmm_coo_heads(row, col, val, B, C, out):
+        """Semi-batched :func:`sddmm_coo`: val (nnz, H) or empty; B (n, H, f); C (m, H, f); out (nnz, H)."""
+        nnz = row.shape[0]
+        H = B.shape[1]
+        f = B.shape[2]
+        has_val = val.shape[0] > 0
+        for e in prange(nnz):
+            _prefetch_gather(C, col, e, e + 1, dist)
+            r = row[e]
+            c = col[e]
+            for h in range(H):
+                s = 0.0
+                for k in range(f):
+                    s += B[r, h, k] * C[c, h, k]
+                if has_val:
+                    s *= val[e, h]
+                out[e, h] = s
+
+
+    # ------------------------------------------------------- dense -> CSR (features)
+    # (no fastmath: the comparisons with 0 must see every value as it is)
+    return sddmm_coo_heads
 
 
 @njit(parallel=True, cache=True, nogil=True)
