@@ -65,7 +65,8 @@ class GraphData:
     graphs none).
 
     Attributes:
-        name: dataset name as reported (``"<Name> (synthetic)"`` for stand-ins).
+        name: dataset name as reported (``"<Name> (synthetic)"`` for stand-ins,
+            ``"PubMed (real graph, synthetic features)"`` for PubMed's real graph).
         synthetic: True for a seeded stand-in.
         x: ``(n, m) float32`` features.
         edge_index: ``(2, q) int64``, coalesced, source -> target.
