@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from . import report
-from .baselines import GAT_HEADS, GraphData, Unavailable, build, estimate_step_bytes
+from .baselines import GAT_HEADS, GraphData, Unavailable, build, estimate_step_bytes, family
 from .harness import StepTimeout, TrainStep, default_mem_cap, machine_info, time_interleaved, warm_up
 from .spec import OPS, PRESETS, TINY_SHAPE, CellSpec, ExperimentSpec, Preset
 
@@ -103,7 +103,7 @@ class Runner:
                 "heads": GAT_HEADS if c.model == "gat" else 1,
                 "model": c.model,
                 "variant": c.variant,
-                "family": "pyg" if c.variant.startswith("pyg") else "corgnn",
+                "family": family(c.variant),
                 "input_grad": c.input_grad,
                 **self.machine,
                 "phase": phase,
