@@ -13,9 +13,11 @@ separate ``out += bias`` pass ("before", the module's SpMM wrapped for the A/B).
 A step is forward + cross-entropy on the training nodes + backward (no optimiser
 step). Variants alternate within each round; reported: the median step time of each
 and the median of the per-round ratios after/before (with its IQR). Datasets: Cora
-(real), PubMed (its real graph from ``../shared/datasets/PubMed-graph``, ids mapped
-in order of first appearance, symmetrised; seeded synthetic features, 500 columns,
-about 10 % non-zero, random labels), and the seeded synthetic Table 5 stand-ins.
+(real), PubMed (its real graph, :func:`corgnn.datasets.load_pubmed_graph`: the LINQS
+file from ``../shared/datasets/PubMed-graph``, ids in order of first appearance,
+symmetrised, self-citations dropped; seeded synthetic TF-IDF-like features, 500
+columns, about 10 % non-zero, random labels), and the seeded synthetic Table 5
+stand-ins.
 """
 
 from __future__ import annotations
@@ -24,39 +26,14 @@ import argparse
 import copy
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
 import corgnn.functional.gcn as fgcn
-from corgnn.datasets import load_dataset, load_planetoid
+from corgnn.datasets import load_dataset, load_planetoid, load_pubmed_graph
 from corgnn.nn import GCN, GCNConv
 from corgnn.nn.gcn import dropout
-
-PUBMED = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "PubMed-graph" / "Pubmed-Diabetes.DIRECTED.cites.tab"
-
-
-def pubmed_real_graph(seed: int = 0):
-    """PubMed's real citation graph with seeded synthetic features and labels."""
-    from torch_geometric.data import Data
-
-    ids: dict[str, int] = {}
-    pairs = []
-    for line in PUBMED.read_text().splitlines()[2:]:
-        parts = line.split("\t")
-        a, b = (ids.setdefault(p.split(":", 1)[1], len(ids)) for p in (parts[1], parts[3]))
-        pairs.append((a, b))
-    ei = torch.tensor(pairs).t()
-    ei = torch.unique(torch.cat([ei, ei.flip(0)], 1), dim=1)
-    n = len(ids)
-    g = torch.Generator().manual_seed(seed)
-    x = torch.rand(n, 500, generator=g) * (torch.rand(n, 500, generator=g) < 0.1)
-    y = torch.randint(0, 3, (n,), generator=g)
-    train = torch.zeros(n, dtype=torch.bool)
-    train[torch.randperm(n, generator=g)[:60]] = True
-    return Data(x=x, edge_index=ei, y=y, train_mask=train, name="PubMed (real graph, synthetic features)")
-
 
 def load(name: str):
     if name == "Cora":
@@ -64,7 +41,7 @@ def load(name: str):
         d.name = "Cora (real)"
         return d
     if name == "PubMed":
-        return pubmed_real_graph()
+        return load_pubmed_graph()  # DatasetNotFoundError when the LINQS file is absent
     return load_dataset(name)
 
 

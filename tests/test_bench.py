@@ -216,6 +216,11 @@ def test_tiny_run_writes_results_summary_and_plots(tmp_path, experiment):
     assert f"## {experiment}" in summary and "synthetic" in summary
     loaded, meta = report.read_results(out)
     assert len(loaded) == len(rows) and meta["machine"]["torch_threads"] == 1
+    if experiment == "gcn":
+        floor = [r for r in rows if r["variant"] == "dense-floor"]
+        assert floor and all(r["family"] == "floor" and r["status"] == "ok" for r in floor)
+        assert {r["family"] for r in rows if r["variant"].startswith("pyg")} == {"pyg"}
+        assert "Dense-work floor" in summary and "meets goal" in summary
     if experiment == "gcn":  # `corgnn bench report DIR` rebuilds the summary from results.json
         (out / "summary.md").unlink()
         assert main(["bench", "report", str(out)]) == 0
@@ -252,3 +257,70 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
     assert e.value.code == 2 and "--sizes must be comma-separated positive integers" in capsys.readouterr().err
     assert main(["bench", "gcn", "--tiny", "--datasets", "reddit", "--out", str(tmp_path)]) == 2
     assert "unknown dataset 'reddit'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ the dense-work floor (issue 12)
+
+
+def test_dense_floor_has_the_gcns_gemm_shapes_and_steps(tiny):
+    from corgnn.bench.baselines import FLOOR, family
+
+    floor, inputs = build(FLOOR, "gcn", tiny, 16)
+    gcn, _ = build("pyg-coo", "gcn", tiny, 16)
+    assert floor.lin1.weight.shape == gcn.conv1.lin.weight.shape == (16, tiny.m)
+    assert floor.lin2.weight.shape == gcn.conv2.lin.weight.shape == (tiny.num_classes, 16)
+    assert inputs[0] is tiny.x and torch.equal(inputs[1], tiny.edge_index)  # the same dense x
+    x = tiny.x
+    ref = torch.relu(x @ floor.lin1.weight.t() + floor.lin1.bias) @ floor.lin2.weight.t() + floor.lin2.bias
+    torch.testing.assert_close(floor(*inputs), ref)  # the graph argument is ignored: no sparse product
+    step = TrainStep(floor, inputs)
+    step()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in floor.parameters())
+    t = measure(step, Settings(warmup=1, min_reps=2, max_reps=2, budget_s=0.0))
+    assert t.reps == 2 and t.median("total") > 0
+    assert family(FLOOR) == "floor" and family("pyg-csr") == "pyg" and family("corgnn:dense-x") == "corgnn"
+    with pytest.raises(ValueError, match="dense-floor"):
+        build(FLOOR, "gat", tiny, 8)
+
+
+def _row(dataset, hidden, variant, ms, status="ok"):
+    return {
+        "experiment": "gcn", "model": "gcn", "dataset": dataset, "hidden": hidden, "variant": variant, "phase": "total",
+        "status": status, "reason": "" if status == "ok" else "failed: test", "median_ms": ms, "spread_ms": 0.0,
+        "peak_mem_bytes": None, "scheme_used": "", "setup_s": math.nan,
+    }
+
+
+def test_goal_table_and_summary_from_hand_made_rows():
+    from corgnn.bench.experiments import versus
+
+    rows = [
+        # A: 4x over the fastest PyG (csr, 6 ms), 2x the floor: meets by speedup; the floor
+        # (1 ms) is faster than every PyG variant but is never "the fastest PyG"
+        _row("A", 16, "corgnn", 1.5), _row("A", 16, "pyg-coo", 9.0), _row("A", 16, "pyg-csr", 6.0), _row("A", 16, "dense-floor", 0.75),
+        # B: 1.5x, 1.1x the floor: meets by the floor
+        _row("B", 16, "corgnn", 2.2), _row("B", 16, "pyg-coo", 3.3), _row("B", 16, "dense-floor", 2.0),
+        # C: 1.5x, 2x the floor: meets neither
+        _row("C", 16, "corgnn", 2.0), _row("C", 16, "pyg-coo", 3.0), _row("C", 16, "pyg-coo-compiled", 4.0), _row("C", 16, "dense-floor", 1.0),
+        # D: the floor missing: judged by speedup alone (2.9x: not met)
+        _row("D", 16, "corgnn", 1.0), _row("D", 16, "pyg-coo", 2.9), _row("D", 16, "dense-floor", math.nan, "missing"),
+        {**_row("A", 16, "corgnn", 99.0), "phase": "fwd"},  # other phases are not counted
+    ]
+    table = versus.goal_table(rows, "gcn", ("pyg-coo", "pyg-csr", "pyg-coo-compiled"))
+    assert set(table) == {("A", 16), ("B", 16), ("C", 16), ("D", 16)}
+    s, best, ratio, ok = table[("A", 16)]
+    assert (best, ok) == ("pyg-csr", True) and s == pytest.approx(4.0) and ratio == pytest.approx(2.0)
+    s, best, ratio, ok = table[("B", 16)]
+    assert ok is True and s == pytest.approx(1.5) and ratio == pytest.approx(1.1)
+    s, best, ratio, ok = table[("C", 16)]
+    assert (best, ok) == ("pyg-coo", False) and s == pytest.approx(1.5) and ratio == pytest.approx(2.0)
+    s, best, ratio, ok = table[("D", 16)]
+    assert ok is False and math.isnan(ratio) and s == pytest.approx(2.9)
+    md = versus.goal_markdown(table)
+    gm = (4.0 * 1.5 * 1.5 * 2.9) ** 0.25
+    assert "2 of 4 cells meet issue 12's goal" in md and f"**{gm:.2f}x**" in md and "not met" in md
+    assert "| A | 16 | 4.00 (csr) | 2.00 | yes |" in md and "| C | 16 | 1.50 (coo) | 2.00 | no |" in md and "| D | 16 | 2.90 (coo) | - | no |" in md
+    summary = versus.summary("gcn", ("pyg-coo", "pyg-csr", "pyg-coo-compiled"), "PyG GCN baseline", rows)
+    assert "Dense-work floor" in summary and "2 of 4 cells" in summary
+    # the plain speedup table ignores the floor too
+    assert "4.00 (csr)" in summary

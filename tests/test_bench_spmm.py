@@ -60,3 +60,27 @@ def test_bench_graph_on_cuda():
     g = Graph(data.edge_index.cuda(), num_nodes=data.num_nodes)
     rows = bench_graph(data.name, g, features=(8,), repeats=1)
     assert all(r.max_abs_err < 1e-4 for r in rows if r.impl in FORMATS)
+
+
+def test_datasets_pubmed_real_graph_and_sbm(tmp_path, monkeypatch, capsys):
+    """PubMed is its real graph when the LINQS file is found (labelled so); "sbm" selects
+    the community-structured graph (shrunk here: the real one is OGB-Arxiv's size)."""
+    import corgnn.datasets
+    from corgnn.bench import spmm as bench
+    from corgnn.cli import main
+
+    assert bench.dataset_name("sbm") == "SBM" and bench.dataset_name("pubmed") == "PubMed"
+    assert "SBM" in bench.DATASETS and "SBM" not in bench.QUICK["datasets"]
+    with pytest.raises(ValueError, match="'SBM'"):
+        bench.dataset_name("reddit")
+    d = tmp_path / "PubMed-graph"
+    d.mkdir()
+    (d / "Pubmed-Diabetes.DIRECTED.cites.tab").write_text("DIRECTED\tcites\nNO_FEATURES\n1\tpaper:7\t|\tpaper:8\n2\tpaper:8\t|\tpaper:9\n")
+    label, g = bench._load("PubMed", tmp_path)
+    assert label == "PubMed (real graph, synthetic features)" and g.num_nodes == 3
+    assert bench._load("PubMed", tmp_path / "empty")[0] == "PubMed (synthetic)"
+    small = corgnn.datasets.sbm_graph(300, 1200, block_sizes=(20, 60))
+    monkeypatch.setattr(corgnn.datasets, "sbm_graph", lambda: small)
+    args = ["bench", "spmm", "--datasets", "sbm", "--f", "4", "--repeats", "1", "--formats", "csr", "--ops", "spmm", "--out", str(tmp_path / "out")]
+    assert main(args) == 0
+    assert "SBM (synthetic, community structure): n=300" in capsys.readouterr().out

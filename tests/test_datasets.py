@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from corgnn.datasets import (
+    SBM_NAME,
     TABLE5,
     DatasetNotFoundError,
     canonical_name,
@@ -19,6 +20,8 @@ from corgnn.datasets import (
     load_flickr,
     load_ogb_arxiv,
     load_planetoid,
+    load_pubmed_graph,
+    sbm_graph,
 )
 
 # a small directed graph: 6 nodes, node 5 isolated
@@ -62,6 +65,8 @@ def test_canonical_names():
     assert canonical_name("cora") == "Cora"
     assert canonical_name("ogbn-arxiv") == canonical_name("ARXIV") == canonical_name("ogbn_arxiv") == "OGB-Arxiv"
     assert canonical_name("PubMed (synthetic)") == "PubMed"
+    assert canonical_name("PubMed (real graph, synthetic features)") == "PubMed"
+    assert canonical_name("Cora (synthetic, tiny)") == "Cora"
     with pytest.raises(ValueError, match="unknown dataset 'reddit'"):
         canonical_name("reddit")
     with pytest.raises(TypeError):
@@ -164,3 +169,97 @@ def test_load_dataset_falls_back_to_a_labelled_stand_in(tmp_path):
     assert data.x.shape == (spec["nodes"], spec["features"]) and data.edge_index.size(1) == spec["edges"]
     again = load_dataset("pubmed", root=tmp_path, seed=3)
     assert torch.equal(again.edge_index, data.edge_index)  # seeded
+
+
+# ------------------------------------------------------------ PubMed's real graph (LINQS)
+
+# paper ids as they appear: 30 cites 10, 10 cites 30 (a duplicate once symmetrised),
+# 20 cites 20 (a self-citation, dropped), 40 cites 10; 50 cites 60
+LINQS_LINES = ["1\tpaper:30\t|\tpaper:10", "2\tpaper:10\t|\tpaper:30", "3\tpaper:20\t|\tpaper:20", "4\tpaper:40\t|\tpaper:10", "5\tpaper:50\t|\tpaper:60"]
+
+
+def _write_linqs(root, lines=LINQS_LINES):
+    d = root / "PubMed-graph"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "Pubmed-Diabetes.DIRECTED.cites.tab"
+    path.write_text("DIRECTED\tcites\nNO_FEATURES\n" + "".join(line + "\n" for line in lines))
+    return path
+
+
+def test_pubmed_graph_from_a_linqs_file(tmp_path):
+    _write_linqs(tmp_path)
+    data = load_pubmed_graph(tmp_path, seed=1)
+    assert data.paper_ids == ["30", "10", "20", "40", "50", "60"]  # order of first appearance
+    n = 6
+    assert data.num_nodes == n
+    # 30-10, 40-10, 50-60 in both directions; the self-citation and the duplicate gone
+    expected = {(0, 1), (1, 0), (3, 1), (1, 3), (4, 5), (5, 4)}
+    assert set(map(tuple, data.edge_index.t().tolist())) == expected and data.edge_index.size(1) == len(expected)
+    assert data.x.shape == (n, 500) and data.x.dtype == torch.float32 and bool((data.x >= 0).all())
+    assert data.y.dtype == torch.int64 and 0 <= int(data.y.min()) and int(data.y.max()) < 3
+    masks = torch.stack([data.train_mask, data.val_mask, data.test_mask])
+    assert int(masks.sum(0).max()) <= 1 and bool(data.train_mask.any())  # disjoint, a training node
+    assert data.name == "PubMed (real graph, synthetic features)" and data.synthetic is True and data.real_graph is True
+    again, other = load_pubmed_graph(tmp_path, seed=1), load_pubmed_graph(tmp_path, seed=2)
+    assert torch.equal(again.x, data.x) and torch.equal(again.y, data.y) and not torch.equal(other.x, data.x)
+
+
+@pytest.mark.parametrize("bad", ["6\tpaper:1\tpaper:2", "6\tpaper:1\t|\t2", "6\tpaper:1\t/\tpaper:2", "6 paper:1 | paper:2"])
+def test_pubmed_graph_malformed_line_names_file_and_line(tmp_path, bad):
+    path = _write_linqs(tmp_path, LINQS_LINES[:2] + [bad])
+    with pytest.raises(ValueError) as e:
+        load_pubmed_graph(tmp_path)
+    assert str(path) in str(e.value) and "line 5" in str(e.value)
+
+
+def test_load_dataset_pubmed_planetoid_then_real_graph_then_stand_in(tmp_path):
+    assert load_dataset("PubMed", root=tmp_path).name == "PubMed (synthetic)"
+    _write_linqs(tmp_path)
+    data = load_dataset("PubMed", root=tmp_path, seed=1)
+    assert data.name == "PubMed (real graph, synthetic features)" and data.num_nodes == 6
+    assert torch.equal(data.x, load_pubmed_graph(tmp_path, seed=1).x)  # the seed is passed on
+    with pytest.raises(DatasetNotFoundError):  # features and labels are synthetic
+        load_dataset("PubMed", root=tmp_path, allow_synthetic=False)
+    _write_planetoid(tmp_path)
+    assert load_dataset("PubMed", root=tmp_path).name == "PubMed"
+
+
+def test_real_pubmed_graph_is_table5s():
+    try:
+        data = load_pubmed_graph()
+    except DatasetNotFoundError as e:
+        pytest.skip(f"PubMed's LINQS file is not under any data root: {str(e).splitlines()[0]}")
+    spec = TABLE5["PubMed"]
+    assert data.num_nodes == spec["nodes"] == 19717 and data.edge_index.size(1) == spec["edges"] == 88648
+    assert abs(float((data.x != 0).float().mean()) - 0.1) < 0.01
+
+
+# ------------------------------------------------------------ stochastic block model
+
+
+def test_sbm_graph_has_shuffled_community_structure():
+    data = sbm_graph(3000, 30000, block_sizes=(100, 400), p_in=0.9, features=4, classes=5, seed=3)
+    n, ei, block = data.num_nodes, data.edge_index, data.block
+    assert n == 3000 and data.x.shape == (n, 4) and data.name == SBM_NAME == "SBM (synthetic, community structure)"
+    assert data.synthetic is True and data.real_graph is False
+    assert 0.95 * 30000 < ei.size(1) <= 30000 and int((ei[0] == ei[1]).sum()) == 0
+    assert set(map(tuple, ei.t().tolist())) == set(map(tuple, ei.flip(0).t().tolist()))  # symmetric
+    sizes = torch.bincount(block)
+    assert int(sizes.min()) >= 100 and int(sizes.max()) <= 400 + 100 and int(sizes.sum()) == n
+    inside = float((block[ei[0]] == block[ei[1]]).float().mean())
+    assert 0.87 < inside < 0.93
+    # the ids do not give the blocks away: consecutive ids share a block about as often
+    # as random pairs (sum of (b / n)^2, ~0.1 here), not ~always as before shuffling
+    assert float((block[1:] == block[:-1]).float().mean()) < 0.25
+    assert torch.equal(data.y, block % 5)
+    again = sbm_graph(3000, 30000, block_sizes=(100, 400), p_in=0.9, features=4, classes=5, seed=3)
+    assert torch.equal(again.edge_index, ei) and not torch.equal(sbm_graph(3000, 30000, block_sizes=(100, 400), features=4, seed=4).edge_index, ei)
+
+
+@pytest.mark.parametrize(
+    "kw, arg",
+    [(dict(nodes=1), "nodes"), (dict(edges=-2), "edges"), (dict(block_sizes=(1, 5)), "block_sizes"), (dict(block_sizes=(50, 10)), "block_sizes"), (dict(p_in=1.5), "p_in"), (dict(features=0), "features")],
+)
+def test_sbm_graph_bad_arguments(kw, arg):
+    with pytest.raises(ValueError, match=arg):
+        sbm_graph(**{"nodes": 100, "edges": 400, "block_sizes": (10, 20), **kw})

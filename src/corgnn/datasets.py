@@ -3,6 +3,11 @@ data root, otherwise seeded synthetic stand-ins of the same shape.
 
 * :func:`load_dataset` (what the benchmarks use): real data when present, else
   :func:`synthetic`; ``data.synthetic`` says which.
+* :func:`load_pubmed_graph`: PubMed's real citation graph (LINQS file) with seeded
+  synthetic features and labels, what :func:`load_dataset` gives for PubMed when
+  Planetoid's raw files are absent;
+* :func:`sbm_graph`: a seeded stochastic block model of OGB-Arxiv's size (a graph
+  with community structure for kernel benchmarks; not one of Table 5's datasets);
 * :func:`load_planetoid` (Cora, CiteSeer, PubMed: Planetoid raw files),
   :func:`load_flickr` (GraphSAINT/PyG raw files), :func:`load_ogb_arxiv` (OGB's raw
   CSVs): real data only, :class:`DatasetNotFoundError` otherwise.
@@ -22,6 +27,9 @@ A data root holds, per dataset (nothing is ever written under it):
   and Kipf & Welling ship them), read with PyG's ``read_planetoid_data``;
 * ``Flickr/raw/{adj_full.npz, feats.npy, class_map.json, role.json}`` (the files PyG's
   ``torch_geometric.datasets.Flickr`` downloads), read by that class's own ``process``;
+* ``PubMed-graph/Pubmed-Diabetes.DIRECTED.cites.tab`` (the LINQS Pubmed-Diabetes
+  citation list: 2 header lines, then ``id<TAB>paper:A<TAB>|<TAB>paper:B``, A cites
+  B), read by :func:`load_pubmed_graph`;
 * ``ogbn_arxiv/{raw/edge.csv.gz, raw/node-feat.csv.gz, raw/node-label.csv.gz,
   split/time/{train,valid,test}.csv.gz}`` (OGB's download layout; the folder may also
   be called ``ogbn-arxiv``, ``OGB-Arxiv`` or ``arxiv``), read with gzip + NumPy.
@@ -29,6 +37,7 @@ A data root holds, per dataset (nothing is ever written under it):
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -42,6 +51,10 @@ __all__ = [
     "load_planetoid",
     "load_flickr",
     "load_ogb_arxiv",
+    "load_pubmed_graph",
+    "read_linqs_cites",
+    "sbm_graph",
+    "SBM_NAME",
     "load_dataset",
     "canonical_name",
     "synthetic",
@@ -224,15 +237,17 @@ _ARXIV_FILES = (
 
 def canonical_name(name: str) -> str:
     """Table 5's spelling of a dataset name (case-insensitive; ``arxiv``,
-    ``ogbn-arxiv``, ``ogbn_arxiv`` mean ``OGB-Arxiv``; a `` (synthetic)`` suffix is
-    ignored).
+    ``ogbn-arxiv``, ``ogbn_arxiv`` mean ``OGB-Arxiv``; a parenthesised suffix such
+    as `` (synthetic)`` or `` (real graph, synthetic features)`` is ignored).
 
     Raises:
         ValueError: unknown name; the message lists the valid ones.
     """
     if not isinstance(name, str):
         raise TypeError(f"dataset name must be a str, got {type(name).__name__}")
-    key = name.strip().lower().removesuffix(" (synthetic)")
+    key = name.strip().lower()
+    if key.endswith(")") and " (" in key:  # a reported name: "PubMed (synthetic)", "Cora (synthetic, tiny)"
+        key = key[: key.index(" (")]
     table = {k.lower(): k for k in TABLE5} | _ALIASES
     if key not in table:
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(TABLE5)} (aliases: {sorted(_ALIASES)})")
@@ -353,6 +368,260 @@ def load_ogb_arxiv(root=None):
     return data
 
 
+# ---------------------------------------------------------------------------------
+# PubMed's real citation graph (LINQS), with seeded synthetic features and labels
+
+_PUBMED_GRAPH_FOLDERS = ("PubMed-graph",)
+_PUBMED_GRAPH_FILE = "Pubmed-Diabetes.DIRECTED.cites.tab"
+PUBMED_GRAPH_NAME = "PubMed (real graph, synthetic features)"
+
+
+def read_linqs_cites(path) -> tuple[torch.Tensor, list[str]]:
+    """Read a LINQS citation list (``Pubmed-Diabetes.DIRECTED.cites.tab``).
+
+    Format: two header lines (``DIRECTED<TAB>cites``, ``NO_FEATURES``), then one
+    citation per line, ``id<TAB>paper:A<TAB>|<TAB>paper:B`` meaning A cites B. Blank
+    lines are skipped.
+
+    Args:
+        path: the ``.tab`` file.
+
+    Returns:
+        ``(edge_index, ids)``: ``edge_index (2, c) int64``, one column per line,
+        citing -> cited, as in the file (not symmetrised, self-citations kept); node
+        ``i`` is paper ``ids[i]`` (the ``paper:`` number, a ``str``), numbered in
+        order of first appearance (A before B on each line).
+
+    Raises:
+        ValueError: a malformed line (the message names the file and the line
+            number) or fewer than the two header lines.
+        FileNotFoundError: ``path`` does not exist.
+    """
+    path = Path(path)
+    lines = path.read_text().splitlines()
+    if len(lines) < 2:
+        raise ValueError(f"{path}: a LINQS citation file starts with 2 header lines; found {len(lines)} line(s)")
+    ids: dict[str, int] = {}
+    src, dst = [], []
+    for lineno, line in enumerate(lines[2:], start=3):
+        if not line.strip():
+            continue
+        parts = line.rstrip("\r").split("\t")
+        ok = len(parts) == 4 and parts[2] == "|" and all(p.startswith("paper:") and len(p) > 6 for p in (parts[1], parts[3]))
+        if not ok:
+            raise ValueError(f"{path}: line {lineno}: expected 'id<TAB>paper:A<TAB>|<TAB>paper:B', got {line[:120]!r}")
+        src.append(ids.setdefault(parts[1][6:], len(ids)))
+        dst.append(ids.setdefault(parts[3][6:], len(ids)))
+    return torch.tensor([src, dst], dtype=torch.int64).reshape(2, -1), list(ids)
+
+
+def _tfidf_like(n: int, m: int, density: float, gen: torch.Generator) -> torch.Tensor:
+    """Seeded ``(n, m) float32`` non-negative TF-IDF-like features, about ``density``
+    non-zero: column ``j`` occurs in a row with its own document frequency ``df_j``
+    (uniform on ``(0, 2 density]``, so rare and common words), and an occurrence's
+    value is ``tf * log(1 / df_j)`` with ``tf`` uniform on ``[0, 1)``."""
+    df = (torch.rand(m, generator=gen) * (2 * density)).clamp(1e-3, 0.999)
+    idf = torch.log(1.0 / df)
+    present = torch.rand(n, m, generator=gen) < df
+    return (torch.rand(n, m, generator=gen) * idf * present).to(torch.float32)
+
+
+def _planetoid_masks(y: torch.Tensor, num_classes: int, gen: torch.Generator, per_class: int = 20, val: int = 500, test: int = 1000):
+    """Planetoid-like ``(train, val, test)`` boolean masks over ``y``'s nodes:
+    ``per_class`` random training nodes of each class (at most a third of the class,
+    at least one, for tiny graphs), then ``val`` and ``test`` random nodes among the
+    rest (at most half of the rest for ``val``)."""
+    n = y.numel()
+    perm = torch.randperm(n, generator=gen)
+    yp = y[perm]
+    train = torch.zeros(n, dtype=torch.bool)
+    for c in range(num_classes):
+        members = perm[yp == c]
+        if members.numel():
+            train[members[: min(per_class, max(1, members.numel() // 3))]] = True
+    rest = perm[~train[perm]]
+    n_val = min(val, rest.numel() // 2)
+    n_test = min(test, rest.numel() - n_val)
+    return train, _mask(n, rest[:n_val]), _mask(n, rest[n_val : n_val + n_test])
+
+
+def load_pubmed_graph(root=None, *, seed: int = 0):
+    """PubMed's real citation graph with seeded synthetic features and labels.
+
+    Reads ``<root>/PubMed-graph/Pubmed-Diabetes.DIRECTED.cites.tab`` (the LINQS
+    Pubmed-Diabetes release, the source of Planetoid's PubMed; see
+    :func:`read_linqs_cites`) from the searched data roots (module docstring). Paper
+    ids are numbered 0..n-1 **in order of first appearance** in the file (citing
+    paper before cited paper on each line). The citations are symmetrised, the
+    self-citations dropped and duplicates merged (``coalesce``): on the real file
+    this gives exactly Table 5's PubMed, 19,717 nodes and 88,648 directed pairs.
+
+    The real features and labels are not available offline, so they are seeded
+    synthetic ones of PubMed's shape: 500 TF-IDF-like columns, about 10 % non-zero
+    (see ``_tfidf_like``), and 3 classes of uniform random labels; masks are
+    Planetoid-like (20 training nodes per class, 500 validation, 1000 test). Use it
+    where the graph is what matters (kernel and step-time benchmarks), never for
+    accuracy.
+
+    Args:
+        root: data root to search instead of the default list.
+        seed: seed of the features, labels and masks (a local generator).
+
+    Returns:
+        ``Data`` with ``x (n, 500) float32`` (non-negative), ``edge_index (2, q)
+        int64`` (symmetric, sorted, no self-loops), ``y (n,) int64`` in ``[0, 3)``,
+        boolean ``train_mask``/``val_mask``/``test_mask``, ``name = "PubMed (real
+        graph, synthetic features)"``, ``synthetic = True`` (the features are not
+        real), ``real_graph = True``, ``paper_ids`` (list of ``n`` str: node ``i`` is
+        paper ``paper_ids[i]``) and ``source`` (the file read).
+
+    Raises:
+        DatasetNotFoundError: the file is not under any searched data root.
+        ValueError: a malformed line (naming the file and line).
+    """
+    from torch_geometric.data import Data
+    from torch_geometric.utils import coalesce, remove_self_loops
+
+    d = _find_dataset_dir("PubMed's real graph", _PUBMED_GRAPH_FOLDERS, (_PUBMED_GRAPH_FILE,), root)
+    path = d / _PUBMED_GRAPH_FILE
+    cites, ids = read_linqs_cites(path)
+    n = len(ids)
+    ei, _ = remove_self_loops(torch.cat([cites, cites.flip(0)], dim=1))
+    ei = coalesce(ei, num_nodes=n)
+    spec = TABLE5["PubMed"]
+    gen = torch.Generator().manual_seed(seed)
+    x = _tfidf_like(n, spec["features"], 0.1, gen)
+    y = torch.randint(0, spec["classes"], (n,), generator=gen)
+    train, val, test = _planetoid_masks(y, spec["classes"], gen)
+    data = Data(x=x, edge_index=ei, y=y, train_mask=train, val_mask=val, test_mask=test)
+    data.name, data.synthetic, data.real_graph = PUBMED_GRAPH_NAME, True, True
+    data.paper_ids, data.source = ids, str(path)
+    return data
+
+
+# ---------------------------------------------------------------------------------
+# A graph with community structure: stochastic block model of OGB-Arxiv's size
+
+SBM_NAME = "SBM (synthetic, community structure)"
+
+
+def _block_sizes(nodes: int, lo: int, hi: int, gen: torch.Generator) -> torch.Tensor:
+    """Log-uniform block sizes in ``[lo, hi]`` summing to ``nodes`` (a last block
+    smaller than ``lo`` is merged into the one before it)."""
+    sizes: list[int] = []
+    total = 0
+    while total < nodes:
+        b = int(round(math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * float(torch.rand((), generator=gen)))))
+        b = min(b, nodes - total)
+        sizes.append(b)
+        total += b
+    if len(sizes) > 1 and sizes[-1] < lo:
+        last = sizes.pop()
+        sizes[-1] += last
+    return torch.tensor(sizes, dtype=torch.int64)
+
+
+def sbm_graph(
+    nodes: int = TABLE5["OGB-Arxiv"]["nodes"],
+    edges: int = TABLE5["OGB-Arxiv"]["edges"],
+    *,
+    block_sizes: tuple[int, int] = (200, 3000),
+    p_in: float = 0.9,
+    features: int = TABLE5["OGB-Arxiv"]["features"],
+    classes: int = TABLE5["OGB-Arxiv"]["classes"],
+    seed: int = 0,
+):
+    """Seeded stochastic block model (SBM): a graph with community structure.
+
+    Random graphs (the Table 5 stand-ins of :func:`synthetic`) have no locality for a
+    reordering to recover; this one has: ``nodes`` are split into blocks of
+    log-uniform random size in ``block_sizes`` (a few hundred to a few thousand
+    nodes by default), a fraction ``p_in`` of the edges join two nodes of the same
+    block, and the node ids are then randomly shuffled, so the communities are there
+    to recover but not given by the ids. Defaults: OGB-Arxiv's size (169,343 nodes,
+    about 1.17 M directed pairs, 128 features, 40 classes).
+
+    Sampling (the SBM with uniform densities inside blocks and uniform between
+    them): ``edges // 2`` undirected edges, of which ``round(p_in * edges / 2)``
+    inside blocks, each in a block drawn with probability proportional to its
+    number of node pairs ``b (b - 1) / 2``, with two distinct uniform endpoints in
+    it; the rest with uniform endpoints in two different blocks. Both directions
+    are kept (symmetric ``edge_index``), duplicates merged, so the count is
+    ``edges`` less the repeated draws (0.2 % at the default size; more in small,
+    dense blocks).
+
+    NOTE: ``torch_geometric.utils.stochastic_blockmodel_graph`` does not scale to
+    this size: it builds every node pair (``torch.combinations`` of n nodes, 1.4e10
+    pairs, about 230 GB of int64 indices, plus a probability per pair) and draws a
+    Bernoulli for each. Drawing the per-block edge counts and then uniform endpoints
+    samples the same model in O(edges) time and memory (at the default size, about
+    0.2 GB of peak memory and 2 s on a shared 2-core machine, features included).
+
+    Args:
+        nodes: node count (>= 2).
+        edges: directed pairs wanted (>= 0; both directions of each undirected edge
+            count).
+        block_sizes: ``(smallest, largest)`` block size, ``2 <= smallest <= largest``.
+        p_in: fraction of the edges inside blocks, in ``[0, 1]``.
+        features: columns of the standard-normal features ``x`` (>= 1).
+        classes: labels are the block index modulo ``classes`` (>= 1).
+        seed: RNG seed (a local generator; same seed, same graph).
+
+    Returns:
+        ``Data`` with ``x (nodes, features) float32``, ``edge_index (2, q) int64``
+        (symmetric, sorted, no self-loops, ``q`` about ``edges``), ``y (nodes,)
+        int64``, ``block (nodes,) int64`` (each node's block), Planetoid-like
+        masks, ``name = "SBM (synthetic, community structure)"``, ``synthetic =
+        True``, ``real_graph = False``.
+
+    Raises:
+        ValueError: an argument out of range (named in the message).
+    """
+    from torch_geometric.data import Data
+    from torch_geometric.utils import coalesce
+
+    for arg, v, lo in (("nodes", nodes, 2), ("edges", edges, 0), ("features", features, 1), ("classes", classes, 1)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise ValueError(f"sbm_graph: {arg} must be an int >= {lo}, got {v!r}")
+    if len(block_sizes) != 2 or not all(isinstance(b, int) for b in block_sizes) or not 2 <= block_sizes[0] <= block_sizes[1]:
+        raise ValueError(f"sbm_graph: block_sizes must be (smallest, largest) ints with 2 <= smallest <= largest, got {block_sizes!r}")
+    if not 0.0 <= p_in <= 1.0:
+        raise ValueError(f"sbm_graph: p_in must be in [0, 1], got {p_in!r}")
+    gen = torch.Generator().manual_seed(seed)
+    sizes = _block_sizes(nodes, *block_sizes, gen)
+    starts = torch.cumsum(sizes, 0) - sizes
+    block = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)
+    undirected = edges // 2
+    e_in = round(p_in * undirected) if sizes.numel() > 1 else undirected
+    # inside blocks: block by pair count, then two distinct uniform endpoints
+    blk = torch.multinomial((sizes * (sizes - 1)).to(torch.float64), e_in, replacement=True, generator=gen) if e_in else sizes[:0]
+    b, s0 = sizes[blk], starts[blk]
+    off = (torch.rand(e_in, generator=gen, dtype=torch.float64) * b).long()
+    step = 1 + (torch.rand(e_in, generator=gen, dtype=torch.float64) * (b - 1)).long()
+    u_in, v_in = s0 + off, s0 + (off + step) % b
+    # between blocks: uniform endpoints, a pair in one block redrawn (rare: ~sum b^2 / n^2)
+    e_out = undirected - e_in
+    u_out = torch.randint(0, nodes, (e_out,), generator=gen)
+    v_out = torch.randint(0, nodes, (e_out,), generator=gen)
+    same = block[u_out] == block[v_out]
+    while bool(same.any()):  # rejection sampling: uniform over the pairs in different blocks
+        k = int(same.sum())
+        u_out[same] = torch.randint(0, nodes, (k,), generator=gen)
+        v_out[same] = torch.randint(0, nodes, (k,), generator=gen)
+        same = block[u_out] == block[v_out]
+    perm = torch.randperm(nodes, generator=gen)  # new id of node i is perm[i]
+    u, v = perm[torch.cat([u_in, u_out])], perm[torch.cat([v_in, v_out])]
+    ei = coalesce(torch.stack([torch.cat([u, v]), torch.cat([v, u])]), num_nodes=nodes)
+    new_block = torch.empty_like(block)
+    new_block[perm] = block
+    y = new_block % classes
+    x = torch.randn(nodes, features, generator=gen)
+    train, val, test = _planetoid_masks(y, classes, gen)
+    data = Data(x=x, edge_index=ei, y=y, block=new_block, train_mask=train, val_mask=val, test_mask=test)
+    data.name, data.synthetic, data.real_graph = SBM_NAME, True, False
+    return data
+
+
 def _check_loaded(label: str, data) -> None:
     n = data.x.size(0)
     ei = data.edge_index
@@ -368,19 +637,24 @@ def load_dataset(name: str, root=None, seed: int = 0, *, allow_synthetic: bool =
     Real formats searched (see the module docstring for the data-root search):
     Planetoid raw files for Cora, CiteSeer and PubMed (:func:`load_planetoid`),
     PyG's Flickr raw files (:func:`load_flickr`), OGB's raw CSVs for OGB-Arxiv
-    (:func:`load_ogb_arxiv`). When none is found the seeded :func:`synthetic`
-    stand-in with the Table 5 shape is returned.
+    (:func:`load_ogb_arxiv`). For PubMed without Planetoid's files, its real
+    citation graph with synthetic features (:func:`load_pubmed_graph`) when the
+    LINQS file is found. When none is found the seeded :func:`synthetic` stand-in
+    with the Table 5 shape is returned.
 
     Args:
         name: dataset name (see :func:`canonical_name`).
         root: data root to search instead of the default list.
-        seed: seed of the synthetic stand-in (ignored for real data).
+        seed: seed of the synthetic stand-in and of the synthetic features of
+            PubMed's real graph (ignored for real data).
         allow_synthetic: False raises :class:`DatasetNotFoundError` instead of
-            falling back.
+            returning anything with synthetic parts (a stand-in, or PubMed's real
+            graph with its synthetic features and labels).
 
     Returns:
-        ``Data`` with ``x``, ``edge_index``, ``y``, masks, ``name`` (``"<Name>"`` or
-        ``"<Name> (synthetic)"``) and ``synthetic`` (True for a stand-in).
+        ``Data`` with ``x``, ``edge_index``, ``y``, masks, ``name`` (``"<Name>"``,
+        ``"PubMed (real graph, synthetic features)"`` or ``"<Name> (synthetic)"``)
+        and ``synthetic`` (True unless features and labels are real).
 
     Raises:
         ValueError: unknown name.
@@ -398,5 +672,10 @@ def load_dataset(name: str, root=None, seed: int = 0, *, allow_synthetic: bool =
     except DatasetNotFoundError:
         if not allow_synthetic:
             raise
+        if canon == "PubMed":
+            try:
+                return load_pubmed_graph(root, seed=seed)
+            except DatasetNotFoundError:
+                pass
         return synthetic(canon, seed)
     return data

@@ -7,8 +7,9 @@ with its own m, k and input-gradient need (the first layer needs none).
 With a dataset (or ``--max-degree`` beside explicit sizes) it also prints the I/O
 model of SpMM and SDDMM in every sparse format at ``--f`` columns (paper Tables 6-7,
 :mod:`corgnn.cost.io`) and the format ``format="auto"`` picks. Cora and CiteSeer
-are read from disk; other Table 5 names use the real files when present, else the
-seeded synthetic stand-in, labelled "(synthetic)". ``--adjacency raw`` models the
+are read from disk; other Table 5 names use the real files when present (for
+PubMed, its real graph with synthetic features, labelled so, when only that is
+found), else the seeded synthetic stand-in, labelled "(synthetic)". ``--adjacency raw`` models the
 input edges as the paper's tables do (Cora: n=2708, q=10556, p=168) instead of the
 GCN adjacency with self-loops.
 """

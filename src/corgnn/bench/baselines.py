@@ -16,7 +16,14 @@ Variants (the ``variant`` column of the results):
 ``pyg-coo-compiled``              ``torch.compile(model)`` on ``edge_index`` (the only
                                   format PyG compiles, paper §"Baseline")
 ``pyg-fused``                     GAT only: PyG's dgNN ``FusedGATConv`` (CUDA + dgNN)
+``dense-floor``                   GCN only: the dense-work floor, an MLP with the
+                                  2-layer GCN's GEMM shapes and no sparse product
+                                  (:class:`DenseFloor`); family ``"floor"``
 ================================  ==================================================
+
+Each variant belongs to a *family* (the ``family`` column, :func:`family`): ``"pyg"``
+(the baselines corgnn's speed-ups are taken over), ``"corgnn"``, or ``"floor"`` (a
+reference for the work any scheme must do, never a baseline).
 
 PyG models use the same parameters as corgnn's (widths, heads, bias, self-loops,
 normalisation). PyG's ``GCNConv`` is built with ``cached=True``: the normalised
@@ -38,6 +45,9 @@ __all__ = [
     "GraphData",
     "PygGCN",
     "PygGAT",
+    "DenseFloor",
+    "FLOOR",
+    "family",
     "build",
     "estimate_step_bytes",
     "PYG_VARIANTS",
@@ -45,6 +55,8 @@ __all__ = [
 ]
 
 PYG_VARIANTS = ("pyg-coo", "pyg-csr", "pyg-coo-compiled")
+FLOOR = "dense-floor"
+"""Variant name of the dense-work floor (:class:`DenseFloor`)."""
 GAT_HEADS = 8
 """Heads of both GAT layers (paper §"Evaluation": two GAT layers with 8 heads each;
 the first concatenates, the second averages)."""
@@ -65,7 +77,8 @@ class GraphData:
     graphs none).
 
     Attributes:
-        name: dataset name as reported (``"<Name> (synthetic)"`` for stand-ins).
+        name: dataset name as reported (``"<Name> (synthetic)"`` for stand-ins,
+            ``"PubMed (real graph, synthetic features)"`` for PubMed's real graph).
         synthetic: True for a seeded stand-in.
         x: ``(n, m) float32`` features.
         edge_index: ``(2, q) int64``, coalesced, source -> target.
@@ -163,6 +176,39 @@ class PygGAT(nn.Module):
         return self.conv2(nn.functional.elu(self.conv1(x, *graph)), *graph)
 
 
+class DenseFloor(nn.Module):
+    """The dense-work floor of the 2-layer GCN: ``Linear(m, h) -> ReLU -> Linear(h, c)``.
+
+    The same GEMMs as :class:`PygGCN` and corgnn's GCN on dense features (forward
+    ``X W1 (n, m) x (m, h)`` and ``H W2 (n, h) x (h, c)``; backward ``H^T G``,
+    ``G W2^T`` and ``X^T G1``), the same biases, loss and backward, and no sparse
+    product: the time every GCN scheme must spend on dense work. A GCN step within a
+    small factor of it has little left to gain from the sparse part (issue 12's goal:
+    corgnn within 1.25x of it, or 3x faster than the fastest PyG). It reads the same
+    dense ``x`` as the other variants, also where corgnn uses bag-of-words features
+    as a sparse matrix.
+
+    Shapes:
+        ``forward(x, *graph)``: ``x (n, m) float32``; the graph arguments are
+        accepted (the benchmark passes ``edge_index``) and ignored; returns ``(n, c)``.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int):
+        super().__init__()
+        self.lin1 = nn.Linear(in_channels, hidden_channels)
+        self.lin2 = nn.Linear(hidden_channels, out_channels)
+
+    def forward(self, x, *graph):
+        return self.lin2(torch.relu(self.lin1(x)))
+
+
+def family(variant: str) -> str:
+    """``"pyg"`` for ``pyg-*`` variants, ``"floor"`` for :data:`FLOOR`, else ``"corgnn"``."""
+    if variant.startswith("pyg"):
+        return "pyg"
+    return "floor" if variant == FLOOR else "corgnn"
+
+
 class DenseFeatures(nn.Module):
     """Ablation wrapper: a corgnn GCN/GAT that treats its input features as dense.
 
@@ -249,8 +295,12 @@ def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: 
                 raise ValueError("corgnn:dense-x applies to the full GCN/GAT models")
             mod = DenseFeatures(mod)
         return mod.to(device), (g.x, g.edge_index)
+    if variant == FLOOR:
+        if model != "gcn":
+            raise ValueError(f"{FLOOR} is the floor of the 2-layer GCN (model 'gcn'), got model {model!r}")
+        return DenseFloor(m, hidden, c).to(device), (g.x, g.edge_index)
     if variant not in PYG_VARIANTS + ("pyg-fused",):
-        raise ValueError(f"unknown variant {variant!r}; choose corgnn[:...] or one of {PYG_VARIANTS + ('pyg-fused',)}")
+        raise ValueError(f"unknown variant {variant!r}; choose corgnn[:...], {FLOOR} or one of {PYG_VARIANTS + ('pyg-fused',)}")
     if variant == "pyg-fused":
         if model != "gat":
             raise Unavailable("pyg-fused exists for GAT only")

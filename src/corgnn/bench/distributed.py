@@ -122,7 +122,8 @@ def _plot(rows: list, path: Path) -> None:
         xs = [i + j * width for i in range(len(keys))]
         axes[0].bar(xs, [by[k]["comm_bytes_per_epoch"] / 1e6 if k in by else 0 for k in keys], width, label=v)
         axes[1].bar(xs, [by[k]["epoch_ms"] if k in by else 0 for k in keys], width, label=v)
-    labels = [f"{d.replace(' (synthetic)', '*')}\nh={h}" for d, h in keys]  # (* = synthetic stand-in)
+    # * = synthetic stand-in; PubMed's real graph keeps a short "(real graph)" and a * for its synthetic features
+    labels = [f"{d.replace(' (synthetic)', '*').replace(' (real graph, synthetic features)', ' (real graph)*')}\nh={h}" for d, h in keys]
     for ax, title in zip(axes, (f"halo MB sent per epoch ({nmax} ranks, all ranks)", f"epoch ms, slowest rank ({nmax} processes, 2 shared cores)")):
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(keys))], labels)
         ax.set_title(title, fontsize=10)

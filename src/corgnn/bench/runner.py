@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from . import report
-from .baselines import GAT_HEADS, GraphData, Unavailable, build, estimate_step_bytes
+from .baselines import GAT_HEADS, GraphData, Unavailable, build, estimate_step_bytes, family
 from .harness import StepTimeout, TrainStep, default_mem_cap, machine_info, time_interleaved, warm_up
 from .spec import OPS, PRESETS, TINY_SHAPE, CellSpec, ExperimentSpec, Preset
 
@@ -103,7 +103,7 @@ class Runner:
                 "heads": GAT_HEADS if c.model == "gat" else 1,
                 "model": c.model,
                 "variant": c.variant,
-                "family": "pyg" if c.variant.startswith("pyg") else "corgnn",
+                "family": family(c.variant),
                 "input_grad": c.input_grad,
                 **self.machine,
                 "phase": phase,
@@ -356,7 +356,8 @@ def write_report(experiments: list[ExperimentSpec], rows: list[dict], meta: dict
         f"torch {m['torch']}, PyG {m['pyg']}, numba {m['numba']}; device {m['device']} {m['gpu']}".rstrip(),
         f"Settings: {meta['settings']}; wall time {meta.get('wall_s', math.nan) / 60:.1f} min.",
         "",
-        "Datasets marked *(synthetic)* are seeded stand-ins with Table 5's shape (corgnn.datasets.synthetic), not the real graphs.",
+        "Datasets marked *(synthetic)* are seeded stand-ins with Table 5's shape (corgnn.datasets.synthetic), not the real graphs; "
+        "*PubMed (real graph, synthetic features)* is PubMed's real citation graph with seeded synthetic features and labels (corgnn.datasets.load_pubmed_graph).",
         "Times are medians per training step (spread = IQR in results.csv); memory is the peak a step allocates beyond inputs, parameters and cached graph structures.",
     ]
     ds = {}

@@ -1,10 +1,24 @@
 """``corgnn bench spmm``: SpMM and SDDMM of every sparse format against torch and PyG.
 
-For each dataset (Cora and CiteSeer real, read with :func:`corgnn.datasets.load_planetoid`;
-PubMed, Flickr and OGB-Arxiv as the seeded synthetic stand-ins of
-:func:`corgnn.datasets.synthetic`, labelled "(synthetic)") the GCN adjacency
+For each dataset the GCN adjacency
 ``A' = D^-1/2 (A+I) D^-1/2`` (float32, ``graph.gcn_adjacency(format=...)``) is
-multiplied in every format, at ``f`` in {16, 64, 256}:
+multiplied in every format, at ``f`` in {16, 64, 256}. Datasets (``--datasets``,
+default all six):
+
+* Cora and CiteSeer: real, read with :func:`corgnn.datasets.load_planetoid`;
+* PubMed: through :func:`corgnn.datasets.load_dataset`: Planetoid's files when
+  present (labelled "PubMed (real)"), else PubMed's real citation graph from its
+  LINQS file (:func:`corgnn.datasets.load_pubmed_graph`, labelled "PubMed (real
+  graph, synthetic features)"; only the graph is used here), else the stand-in;
+* Flickr and OGB-Arxiv: the seeded synthetic stand-ins of
+  :func:`corgnn.datasets.synthetic`, labelled "(synthetic)" (random graphs with a
+  skewed degree distribution: no locality for a reordering to recover);
+* SBM: :func:`corgnn.datasets.sbm_graph`, a stochastic block model of OGB-Arxiv's
+  size whose communities are hidden by shuffled node ids, labelled "SBM (synthetic,
+  community structure)": where row reordering has locality to recover.
+
+``--quick`` runs Cora, CiteSeer, PubMed and the OGB-Arxiv stand-in at f = 64 only
+(under 2 minutes).
 
 * SpMM ``A' B``, ``B (n, f)``; baselines ``torch.sparse.mm`` on a torch CSR tensor
   and PyG's gather/scatter propagation ``scatter(B[col] * w, row, reduce="sum")``
@@ -57,14 +71,18 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["add_arguments", "run", "bench_graph", "stream_bandwidth", "BenchRow", "DATASETS", "FEATURES", "FORMATS"]
+__all__ = ["add_arguments", "run", "bench_graph", "stream_bandwidth", "dataset_name", "BenchRow", "DATASETS", "FEATURES", "FORMATS", "SBM"]
 
-DATASETS = ("Cora", "CiteSeer", "PubMed", "Flickr", "OGB-Arxiv")
+SBM = "SBM"
+"""``--datasets`` name of :func:`corgnn.datasets.sbm_graph` (not one of Table 5's)."""
+DATASETS = ("Cora", "CiteSeer", "PubMed", "Flickr", "OGB-Arxiv", SBM)
 REAL = ("Cora", "CiteSeer")
 FEATURES = (16, 64, 256)
 FORMATS = ("csr", "csc", "coo", "ell", "hybrid")
 OPS = ("spmm", "sddmm")
-QUICK = dict(datasets=("Cora", "CiteSeer", "OGB-Arxiv"), features=(64,), repeats=3)
+QUICK = dict(datasets=("Cora", "CiteSeer", "PubMed", "OGB-Arxiv"), features=(64,), repeats=3)
+"""``--quick``: PubMed (~0.1 M non-zeros, a few seconds) is cheap beside the OGB-Arxiv
+stand-in; Flickr and SBM are left to the full run."""
 
 
 @dataclass
@@ -116,17 +134,33 @@ def _times(fn, repeats: int, warmup: int = 1) -> list[float]:
     return out
 
 
+def dataset_name(name: str) -> str:
+    """``--datasets`` spelling: :data:`SBM` (any case) or a Table 5 name
+    (:func:`corgnn.datasets.canonical_name`; ValueError on unknown names)."""
+    from ..datasets import canonical_name
+
+    if isinstance(name, str) and name.strip().lower() == SBM.lower():
+        return SBM
+    try:
+        return canonical_name(name)
+    except ValueError as e:
+        raise ValueError(f"{e} or {SBM!r}") from None
+
+
 def _load(name: str, root, device="cpu"):
-    """(label, Graph on ``device``): real Planetoid for Cora/CiteSeer, the synthetic stand-in otherwise."""
-    from ..datasets import load_planetoid, synthetic
+    """(label, Graph on ``device``) of a :func:`dataset_name` (see the module docstring)."""
+    from ..datasets import load_dataset, load_planetoid, sbm_graph, synthetic
     from ..graph import Graph
 
     if name in REAL:
         data = load_planetoid(name, root)
-        label = f"{data.name} (real)"
+    elif name == "PubMed":
+        data = load_dataset(name, root)
+    elif name == SBM:
+        data = sbm_graph()
     else:
         data = synthetic(name)
-        label = data.name
+    label = data.name if getattr(data, "synthetic", False) else f"{data.name} (real)"
     return label, Graph(data.edge_index.to(device), num_nodes=data.num_nodes)
 
 
@@ -243,12 +277,12 @@ def _csv_list(s: str, cast=str) -> tuple:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--datasets", type=_csv_list, default=None, help=f"comma-separated (default {','.join(DATASETS)}; Cora/CiteSeer real, the rest synthetic)")
+    p.add_argument("--datasets", type=_csv_list, default=None, help=f"comma-separated (default {','.join(DATASETS)}; Cora/CiteSeer real, PubMed's real graph when found, SBM a community-structured graph, the rest synthetic)")
     p.add_argument("--f", dest="features", type=lambda s: _csv_list(s, int), default=None, help="feature widths (default 16,64,256)")
     p.add_argument("--formats", type=_csv_list, default=FORMATS, help=f"corgnn formats (default {','.join(FORMATS)})")
     p.add_argument("--ops", type=_csv_list, default=OPS, help="spmm,sddmm (default both)")
     p.add_argument("--repeats", type=int, default=None, help="timed calls per measurement, median reported (default 10)")
-    p.add_argument("--quick", action="store_true", help="defaults for a run under 2 min: Cora, CiteSeer and synthetic OGB-Arxiv at f=64, 3 repeats")
+    p.add_argument("--quick", action="store_true", help="defaults for a run under 2 min: Cora, CiteSeer, PubMed and synthetic OGB-Arxiv at f=64, 3 repeats")
     p.add_argument("--root", default=None, help="data root of the real datasets (see corgnn train --help)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the matrices and operands live (default cpu)")
     p.add_argument("--backend", default=None, help="force one corgnn kernel backend (numba, torch, triton; default: automatic)")
@@ -256,10 +290,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from ..datasets import canonical_name
-
     defaults = QUICK if args.quick else dict(datasets=DATASETS, features=FEATURES, repeats=10)
-    datasets = tuple(canonical_name(d) for d in (args.datasets or defaults["datasets"]))  # ValueError on unknown names
+    datasets = tuple(dataset_name(d) for d in (args.datasets or defaults["datasets"]))  # ValueError on unknown names
     features = args.features or defaults["features"]
     repeats = args.repeats if args.repeats is not None else defaults["repeats"]
     bad = [x for x in args.formats if x not in FORMATS] + [o for o in args.ops if o not in OPS]
