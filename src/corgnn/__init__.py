@@ -6,6 +6,7 @@ Paper: "Cached Operator Reordering: A Unified View for Fast GNN Training".
 from . import cost, nn, sparse
 from .graph import Graph
 from .interop import optimize
+from .runtime import reuse_freed_memory
 
 __version__ = "0.1.0"
-__all__ = ["Graph", "optimize", "nn", "sparse", "cost", "__version__"]
+__all__ = ["Graph", "optimize", "reuse_freed_memory", "nn", "sparse", "cost", "__version__"]

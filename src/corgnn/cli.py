@@ -1,5 +1,9 @@
 """The ``corgnn`` command: ``train``, ``explain``, ``bench``.
 
+The command keeps freed CPU memory in its process for reuse
+(:func:`corgnn.runtime.reuse_freed_memory`; ``CORGNN_REUSE_FREED_MEMORY=0`` keeps
+glibc's defaults), for every subcommand and for PyG's models as much as corgnn's.
+
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only wires them.
 """
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 SUBCOMMANDS = {
@@ -36,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
+    if os.environ.get("CORGNN_REUSE_FREED_MEMORY", "1") != "0":
+        from .runtime import reuse_freed_memory
+
+        reuse_freed_memory()  # this process trains or benchmarks: keep freed tensors' pages (corgnn.runtime)
     try:
         return int(args._run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError) as e:  # user errors: message, no traceback

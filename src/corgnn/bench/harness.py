@@ -483,9 +483,14 @@ def default_mem_cap() -> int:
 
 
 def machine_info(device: str | torch.device = "cpu") -> dict:
-    """CPU model, core and thread counts, library versions and the device, for the
-    results file (same keys on every machine)."""
+    """CPU model, core and thread counts, library versions, the device and the CPU
+    allocator setting (``allocator``: ``"reuse-freed"`` when
+    :func:`corgnn.runtime.reuse_freed_memory` is on, as under the ``corgnn`` command;
+    it applies to every variant of the run alike), for the results file (same keys on
+    every machine)."""
     import numba
+
+    from ..runtime import reuses_freed_memory
     import torch_geometric
 
     device = torch.device(device)
@@ -500,6 +505,7 @@ def machine_info(device: str | torch.device = "cpu") -> dict:
         "python": platform.python_version(),
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "",
+        "allocator": "reuse-freed" if reuses_freed_memory() else "default",
     }
     return info
 

@@ -71,6 +71,7 @@ COLUMNS = (
     "python",
     "device",
     "gpu",
+    "allocator",
 )
 """Columns of ``results.csv``: what was measured (experiment ... phase), the result
 (``median_ms`` per step and ``spread_ms`` = interquartile range, over ``reps`` timed

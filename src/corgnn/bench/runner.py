@@ -353,7 +353,8 @@ def write_report(experiments: list[ExperimentSpec], rows: list[dict], meta: dict
         f"# corgnn benchmark: {', '.join(e.name for e in experiments)} ({meta['preset']} run)",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, torch threads {m['torch_threads']}, numba threads {m['numba_threads']}; "
-        f"torch {m['torch']}, PyG {m['pyg']}, numba {m['numba']}; device {m['device']} {m['gpu']}".rstrip(),
+        f"torch {m['torch']}, PyG {m['pyg']}, numba {m['numba']}; CPU allocator {m.get('allocator', 'default')} (corgnn.runtime, all variants alike); "
+        f"device {m['device']} {m['gpu']}".rstrip(),
         f"Settings: {meta['settings']}; wall time {meta.get('wall_s', math.nan) / 60:.1f} min.",
         "",
         "Datasets marked *(synthetic)* are seeded stand-ins with Table 5's shape (corgnn.datasets.synthetic), not the real graphs; "

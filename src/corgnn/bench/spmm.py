@@ -303,6 +303,7 @@ def run(args) -> int:
         raise ValueError("--device cuda: no CUDA device is available to torch on this machine")
     import numba
 
+    from ..runtime import reuses_freed_memory
     from ..sparse import use_backend
     from ..sparse.dispatch import Case, select
 
@@ -315,9 +316,10 @@ def run(args) -> int:
         "stream_GBps": bw / 1e9, "threads": numba.get_num_threads(), "torch": torch.__version__,
         "numba": numba.__version__, "machine": machine, "device": args.device, "backend": backend,
         "datasets": list(datasets), "features": list(features), "repeats": repeats, "quick": bool(args.quick),
+        "allocator": "reuse-freed" if reuses_freed_memory() else "default",
     }
     where = f"{machine}, backend {backend}" if args.device == "cuda" else f"{meta['threads']} threads, backend {backend}"
-    print(f"stream copy bandwidth {bw / 1e9:.2f} GB/s, {where}; medians of {repeats} calls; "
+    print(f"stream copy bandwidth {bw / 1e9:.2f} GB/s, {where}, CPU allocator {meta['allocator']}; medians of {repeats} calls; "
           "speed-ups are t_baseline / t_corgnn (> 1: corgnn faster)\n")
     rows: list[BenchRow] = []
     for name in datasets:
