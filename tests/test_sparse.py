@@ -344,3 +344,26 @@ def test_argument_errors(fmt):
         sddmm(A, torch.ones(shape[0], 3), torch.ones(4, shape[1]))
     with pytest.raises(TypeError, match="values dtype"):
         sddmm(A, torch.ones(shape[0], 3, dtype=torch.float64), torch.ones(3, shape[1], dtype=torch.float64))
+
+
+def test_transposed_spmm_reads_cached_walk_values_and_follows_in_place_changes():
+    """A^T B of a CSR walks its CSC arrays with the values kept in walk order
+    (ops._walk_values): results equal the dense reference, the kept copy is reused,
+    and an in-place change of A.val is picked up (version counter)."""
+    from corgnn.sparse.ops import _WALK_VALUES
+
+    row, col, val, shape = make_coo("odd")
+    A = CSR.from_coo(row, col, val, shape)
+    B = torch.randn(shape[0], 5, dtype=torch.float64)
+    torch.testing.assert_close(spmm(A, B, transpose=True), dense(A).t() @ B)
+    kept = _WALK_VALUES[A.val]
+    assert len(kept) == 1 and torch.equal(next(iter(kept.values()))[2], A.val[A.row_plan(True)[2]])
+    first = next(iter(kept.values()))[2]
+    spmm(A, B, transpose=True)
+    assert next(iter(_WALK_VALUES[A.val].values()))[2] is first  # reused, not rebuilt
+    A.val.mul_(-2.0)
+    torch.testing.assert_close(spmm(A, B, transpose=True), dense(A).t() @ B)
+    # values passed explicitly are read through perm, never kept
+    other = torch.randn(A.nnz, dtype=torch.float64)
+    torch.testing.assert_close(spmm(A, B, transpose=True, values=other), dense(A, other).t() @ B)
+    assert other not in _WALK_VALUES

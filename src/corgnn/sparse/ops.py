@@ -24,6 +24,7 @@ Paper: appendix "Common Sparse Operators" (Listings 1-2), §"Multi-head GAT".
 from __future__ import annotations
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from . import library as L
 from .ell import ELL, Hybrid
@@ -59,6 +60,30 @@ def _ell_native(A) -> bool:
     return isinstance(A, ELL) and A.padding_ratio() <= ELL_KERNEL_MAX_PADDING
 
 
+_WALK_VALUES = WeakIdKeyDictionary()
+"""A format's own ``val`` tensor (held weakly) -> ``{id(perm): (perm, version, val[perm])}``."""
+
+
+def _walk_values(val: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """``val[perm]``: a format's values in a row plan's walk order, kept while ``val``
+    is alive and unchanged in place (its version counter).
+
+    NOTE (issue 12, lever 3; measured on the OGB-Arxiv stand-in, 2 threads, min of
+    15): the transposed SpMM ``A^T B`` of a CSR walks its CSC arrays and read each
+    value through ``perm``, a random 4-byte gather per entry that cost as much as the
+    row gathers: 7.0 / 14.8 / 14.7 ms at f = 16 / 40 / 64 against 4.0 / 5.9 / 6.9 ms
+    for ``A B``. The values in walk order cost ``nnz`` floats (5.3 MB there) once per
+    matrix; only a format's own values are kept (per-step values such as GAT's
+    attention are read through ``perm``, as one pass costs what it would save).
+    """
+    per = _WALK_VALUES.setdefault(val, {})
+    hit = per.get(id(perm))
+    if hit is None or hit[0] is not perm or hit[1] != val._version:
+        with torch.no_grad():
+            hit = per[id(perm)] = (perm, val._version, val.index_select(0, perm))
+    return hit[2]
+
+
 def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``op(A) B (+ bias)``: the bias is the row kernel's epilogue; ELL and hybrid add it after."""
     if not transpose and _ell_native(A):
@@ -67,6 +92,8 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
         out = L.spmm_hybrid(A.head.rowptr, A.head.col, A.tail.row, A.tail.col, val, B)
     else:
         ptr, idx, perm = A.row_plan(transpose)
+        if perm is not None and val is not None and val is A.val:
+            val, perm = _walk_values(val, perm), None
         return L.spmm_rows(ptr, idx, perm, val, B, bias)
     return out if bias is None else out.add_(bias)
 
