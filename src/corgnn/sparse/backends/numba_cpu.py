@@ -130,10 +130,11 @@ class NumbaBackend(Backend):
     # SpMM -------------------------------------------------------------------
     def spmm_rows(self, ptr, idx, perm, val, B, bias=None):
         out = torch.empty((ptr.numel() - 1,) + tuple(B.shape[1:]), dtype=B.dtype)
+        p, i, pm, chunks = _walk(ptr, idx, perm)
         if B.dim() == 2:
-            k.spmm_rows(_np(ptr), _np(idx), _vals(val, B), _perm(perm), _np(B), out.numpy(), _vals(bias, B))
+            k.spmm_rows(p, i, _vals(val, B), pm, chunks, _np(B), out.numpy(), _vals(bias, B))
             return out
-        k.spmm_rows_heads(_np(ptr), _np(idx), _vals(val, B), _perm(perm), _np(B), out.numpy())
+        k.spmm_rows_heads(p, i, _vals(val, B), pm, chunks, _np(B), out.numpy())
         return out if bias is None else out.add_(bias)
 
     def spmm_ell(self, col, lengths, V, B):
@@ -147,10 +148,11 @@ class NumbaBackend(Backend):
         out = torch.empty((head_ptr.numel() - 1,) + tuple(B.shape[1:]), dtype=B.dtype)
         q1 = head_col.numel()
         v, Bn, o = _vals(val, B), _np(B), out.numpy()
+        p, i, pm, chunks = _walk(head_ptr, head_col, None)
         if heads:
-            k.spmm_rows_heads(_np(head_ptr), _np(head_col), v[:q1], _NOPERM, Bn, o)
+            k.spmm_rows_heads(p, i, v[:q1], pm, chunks, Bn, o)
         else:
-            k.spmm_rows(_np(head_ptr), _np(head_col), v[:q1], _NOPERM, Bn, o, _vals(None, B))
+            k.spmm_rows(p, i, v[:q1], pm, chunks, Bn, o, _vals(None, B))
         (k.spmm_coo_heads if heads else k.spmm_coo)(_np(tail_row), _np(tail_col), v[q1:], Bn, o, _chunks(), True)
         return out
 
@@ -158,7 +160,8 @@ class NumbaBackend(Backend):
     def sddmm_rows(self, ptr, idx, perm, val, B, C):
         out = torch.empty((idx.numel(),) + tuple(B.shape[1:-1]), dtype=B.dtype)
         kern = k.sddmm_rows if B.dim() == 2 else k.sddmm_rows_heads
-        kern(_np(ptr), _np(idx), _vals(val, B), _perm(perm), _np(B), _np(C), out.numpy())
+        p, i, pm, chunks = _walk(ptr, idx, perm)
+        kern(p, i, _vals(val, B), pm, chunks, _np(B), _np(C), out.numpy())
         return out
 
     def sddmm_coo(self, row, col, val, B, C):

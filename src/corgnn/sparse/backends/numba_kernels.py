@@ -17,7 +17,10 @@ summed in private carry rows, no atomics; the hybrid format's COO part uses it i
 accumulate mode, while a plain COO's SpMM walks its row plan, measured faster, see
 :mod:`corgnn.sparse.ops`); ``sddmm_coo`` is parallel over entries in any order.
 
-Parallel over rows / entries (``prange``, all cores), inner loops over the
+Parallel over row chunks of about equal work (``prange`` over ``chunks``, the
+row-plan kernels: ids in order of first appearance put the hubs of PubMed's real
+graph in the first half, which held 2.6x the second half's entries) or over
+entries (``prange``, the COO kernels), inner loops over the
 contiguous feature dimension so LLVM vectorises them; SpMM outputs are written by
 one thread per row, so there are no atomics and no ``(q x f)`` intermediates;
 SDDMM dot products accumulate in float64.
@@ -155,46 +158,48 @@ def _prefetch_gather(B, idx, lo, hi, dist):
                 _prefetch(B, c, b)
 
 
-@_gather_kernel(operand=4)
+@_gather_kernel(operand=5)
 def spmm_rows(dist):
     @njit(**_JIT)
-    def spmm_rows(ptr, idx, val, perm, B, out, bias):
+    def spmm_rows(ptr, idx, val, perm, chunks, B, out, bias):
         """``out[i] = bias + sum_j val[e_j] * B[idx[j]]`` over row ``i``'s entries.
 
         ptr (n+1,) int64; idx (nnz,) int64; val (nnz,) float or empty (= all ones);
-        perm (nnz,) int64 or empty; B (m, f); out (n, f) overwritten; bias (f,) or
-        empty (= none), the row's starting value.
+        perm (nnz,) int64 or empty; chunks (T+1,) row bounds of the parallel tasks
+        (about equal ``entries + rows`` each, see ``numba_cpu._row_chunks``); B (m, f);
+        out (n, f) overwritten; bias (f,) or empty (= none), the row's starting value.
         """
         n = ptr.shape[0] - 1
         f = B.shape[1]
         has_val = val.shape[0] > 0
         has_perm = perm.shape[0] > 0
         has_bias = bias.shape[0] > 0
-        for i in prange(n):
-            if has_bias:
-                for k in range(f):
-                    out[i, k] = bias[k]
-            else:
-                for k in range(f):
-                    out[i, k] = 0
-            _prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
-            for j in range(ptr[i], ptr[i + 1]):
-                c = idx[j]
-                if has_val:
-                    e = perm[j] if has_perm else j
-                    v = val[e]
+        for t in prange(chunks.shape[0] - 1):
+            for i in range(chunks[t], chunks[t + 1]):
+                if has_bias:
                     for k in range(f):
-                        out[i, k] += v * B[c, k]
+                        out[i, k] = bias[k]
                 else:
                     for k in range(f):
-                        out[i, k] += B[c, k]
+                        out[i, k] = 0
+                _prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
+                for j in range(ptr[i], ptr[i + 1]):
+                    c = idx[j]
+                    if has_val:
+                        e = perm[j] if has_perm else j
+                        v = val[e]
+                        for k in range(f):
+                            out[i, k] += v * B[c, k]
+                    else:
+                        for k in range(f):
+                            out[i, k] += B[c, k]
     return spmm_rows
 
 
-@_gather_kernel(operand=4)
+@_gather_kernel(operand=5)
 def spmm_rows_heads(dist):
     @njit(**_JIT)
-    def spmm_rows_heads(ptr, idx, val, perm, B, out):
+    def spmm_rows_heads(ptr, idx, val, perm, chunks, B, out):
         """Semi-batched SpMM: ``out[i, h] = sum_j val[e_j, h] * B[idx[j], h]``.
 
         val (nnz, H), or empty (0 rows) for an all-ones pattern; B (m, H, f); out (n, H, f)
@@ -206,29 +211,30 @@ def spmm_rows_heads(dist):
         f = B.shape[2]
         has_val = val.shape[0] > 0
         has_perm = perm.shape[0] > 0
-        for i in prange(n):
-            for h in range(H):
-                for k in range(f):
-                    out[i, h, k] = 0
-            _prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
-            for j in range(ptr[i], ptr[i + 1]):
-                c = idx[j]
-                e = perm[j] if has_perm else j
+        for t in prange(chunks.shape[0] - 1):
+            for i in range(chunks[t], chunks[t + 1]):
                 for h in range(H):
-                    if has_val:
-                        v = val[e, h]
-                        for k in range(f):
-                            out[i, h, k] += v * B[c, h, k]
-                    else:
-                        for k in range(f):
-                            out[i, h, k] += B[c, h, k]
+                    for k in range(f):
+                        out[i, h, k] = 0
+                _prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
+                for j in range(ptr[i], ptr[i + 1]):
+                    c = idx[j]
+                    e = perm[j] if has_perm else j
+                    for h in range(H):
+                        if has_val:
+                            v = val[e, h]
+                            for k in range(f):
+                                out[i, h, k] += v * B[c, h, k]
+                        else:
+                            for k in range(f):
+                                out[i, h, k] += B[c, h, k]
     return spmm_rows_heads
 
 
-@_gather_kernel(operand=5)
+@_gather_kernel(operand=6)
 def sddmm_rows(dist):
     @njit(**_JIT)
-    def sddmm_rows(ptr, idx, val, perm, B, C, out):
+    def sddmm_rows(ptr, idx, val, perm, chunks, B, C, out):
         """``out[e_j] = val[e_j] * <B[i], C[idx[j]]>`` for each entry ``j`` of row ``i``.
 
         B (n, f) row operand; C (m, f) column operand (``C^T`` of the math, row-major);
@@ -238,24 +244,25 @@ def sddmm_rows(dist):
         f = B.shape[1]
         has_val = val.shape[0] > 0
         has_perm = perm.shape[0] > 0
-        for i in prange(n):
-            _prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
-            for j in range(ptr[i], ptr[i + 1]):
-                c = idx[j]
-                s = 0.0  # accumulate in float64
-                for k in range(f):
-                    s += B[i, k] * C[c, k]
-                e = perm[j] if has_perm else j
-                if has_val:
-                    s *= val[e]
-                out[e] = s
+        for t in prange(chunks.shape[0] - 1):
+            for i in range(chunks[t], chunks[t + 1]):
+                _prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
+                for j in range(ptr[i], ptr[i + 1]):
+                    c = idx[j]
+                    s = 0.0  # accumulate in float64
+                    for k in range(f):
+                        s += B[i, k] * C[c, k]
+                    e = perm[j] if has_perm else j
+                    if has_val:
+                        s *= val[e]
+                    out[e] = s
     return sddmm_rows
 
 
-@_gather_kernel(operand=5)
+@_gather_kernel(operand=6)
 def sddmm_rows_heads(dist):
     @njit(**_JIT)
-    def sddmm_rows_heads(ptr, idx, val, perm, B, C, out):
+    def sddmm_rows_heads(ptr, idx, val, perm, chunks, B, C, out):
         """Semi-batched SDDMM: ``out[e_j, h] = val[e_j, h] * <B[i, h], C[idx[j], h]>``.
 
         B (n, H, f); C (m, H, f); val (nnz, H) or empty; out (nnz, H).
@@ -265,18 +272,19 @@ def sddmm_rows_heads(dist):
         f = B.shape[2]
         has_val = val.shape[0] > 0
         has_perm = perm.shape[0] > 0
-        for i in prange(n):
-            _prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
-            for j in range(ptr[i], ptr[i + 1]):
-                c = idx[j]
-                e = perm[j] if has_perm else j
-                for h in range(H):
-                    s = 0.0
-                    for k in range(f):
-                        s += B[i, h, k] * C[c, h, k]
-                    if has_val:
-                        s *= val[e, h]
-                    out[e, h] = s
+        for t in prange(chunks.shape[0] - 1):
+            for i in range(chunks[t], chunks[t + 1]):
+                _prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
+                for j in range(ptr[i], ptr[i + 1]):
+                    c = idx[j]
+                    e = perm[j] if has_perm else j
+                    for h in range(H):
+                        s = 0.0
+                        for k in range(f):
+                            s += B[i, h, k] * C[c, h, k]
+                        if has_val:
+                            s *= val[e, h]
+                        out[e, h] = s
     return sddmm_rows_heads
 
 
