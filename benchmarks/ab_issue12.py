@@ -20,7 +20,9 @@ models ``paper``, ``pyg`` (PyG's GCNConv on a torch CSR ``adj_t``, cached) and
 ``floor`` (the dense-work floor MLP); also the minor page faults per step.
 
 A step is forward + cross-entropy on the training nodes + backward (no optimiser
-step). Variants alternate within each round; reported: the median step time of each
+step). The process runs with :func:`corgnn.reuse_freed_memory` on, as the ``corgnn``
+command does (lever 4; the ``cache`` and ``bias`` tables below were measured before
+it existed, with glibc's defaults). Variants alternate within each round; reported: the median step time of each
 and the median of the per-round ratios after/before (with its IQR). Datasets: Cora
 (real), PubMed (its real graph, :func:`corgnn.datasets.load_pubmed_graph`: the LINQS
 file from ``../shared/datasets/PubMed-graph``, ids in order of first appearance,
@@ -225,8 +227,7 @@ def main() -> None:
         numba.set_num_threads(args.threads)
     default_kinds = {"cache": "paper,ogb,kipf", "bias": "paper", "prefetch": "paper,gat", "allocator": "paper,pyg,floor"}
     kinds = (args.kinds or default_kinds[args.lever]).split(",")
-    if args.lever == "allocator":
-        allocator(None)  # "after" is the default of the runs below
+    allocator(None)  # as under the corgnn command: freed memory reused (lever 4; toggled by that lever's A/B)
     import numba
 
     print(f"threads: torch {torch.get_num_threads()}, numba {numba.get_num_threads()}; lever {args.lever}; {args.rounds} rounds")
@@ -258,7 +259,8 @@ def main() -> None:
                             fgcn.spmm = _SPMM
                 tb, ta, r, q1, q3 = ab(run_before, lambda: step(after, d), args.rounds)
                 plan = getattr(getattr(after, "conv1", None), "last_plan", None)
-                used = plan.scheme.name if plan is not None and hasattr(plan, "scheme") else "-"
+                scheme = getattr(plan, "scheme", "-")
+                used = getattr(scheme, "name", scheme)  # GCN plans hold a Scheme, GAT plans its name
                 extra = ""
                 if args.lever == "allocator":
                     extra = f" {faults(run_before):.0f} | {faults(lambda: step(after, d)):.0f} |"
