@@ -75,6 +75,8 @@ def _walk_values(val: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     for ``A B``. The values in walk order cost ``nnz`` floats (5.3 MB there) once per
     matrix; only a format's own values are kept (per-step values such as GAT's
     attention are read through ``perm``, as one pass costs what it would save).
+    Not used while ``torch.compile`` traces (a Python-side cache: the traced graph
+    reads through ``perm``).
     """
     per = _WALK_VALUES.setdefault(val, {})
     hit = per.get(id(perm))
@@ -92,7 +94,7 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
         out = L.spmm_hybrid(A.head.rowptr, A.head.col, A.tail.row, A.tail.col, val, B)
     else:
         ptr, idx, perm = A.row_plan(transpose)
-        if perm is not None and val is not None and val is A.val:
+        if perm is not None and val is not None and val is A.val and not torch.compiler.is_compiling():
             val, perm = _walk_values(val, perm), None
         return L.spmm_rows(ptr, idx, perm, val, B, bias)
     return out if bias is None else out.add_(bias)
