@@ -76,11 +76,12 @@ out-of-order window holds only a few of them. Prefetching every cache line of ro
 ``idx[j + D]`` while row ``idx[j]`` is summed keeps about ``D`` gathers in flight.
 ``D`` crosses row boundaries on purpose (a thread walks consecutive rows; average
 degrees are 3-14 on the paper's graphs). Measured on the OGB-Arxiv stand-in (2
-threads, float32, min of 15 calls): CSR SpMM at f = 16 / 64 / 256 took 16.1 / 31.1 /
-120 ms without prefetch, 15.9 / 24.0 / 56.2 with D = 16, 8.0 / 15.7 / 52.2 with
-D = 32 and 7.8 / 15.9 / 62.5 with D = 64; prefetching every other line (relying on
-the adjacent-line prefetcher) was slower at every D. Details in
-``benchmarks/README.md`` ("Issue 12, lever 3").
+threads, float32, min of 15 calls, one run on a shared machine): CSR SpMM at f = 16 /
+64 / 256 took 16.1 / 31.1 / 120 ms without prefetch, 15.9 / 24.0 / 56.2 with D = 16,
+8.0 / 15.7 / 52.2 with D = 32 and 7.8 / 15.9 / 62.5 with D = 64; prefetching every
+other line (relying on the adjacent-line prefetcher) was slower at every D. On the
+idle machine, without vs with D = 32: 3.47 / 13.1 / 56.5 vs 3.23 / 6.4 / 35.4 ms.
+Details in ``benchmarks/README.md`` ("Issue 12, lever 3").
 """
 PREFETCH_MIN_BYTES = 4 * 2**20
 """Gathered operands up to this size (bytes) are not prefetched: they live in the
