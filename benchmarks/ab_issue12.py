@@ -43,9 +43,11 @@ import torch
 from torch import nn
 
 import corgnn.functional.gcn as fgcn
+from corgnn import reuse_freed_memory
 from corgnn.datasets import load_dataset, load_planetoid, load_pubmed_graph
 from corgnn.nn import GCN, GCNConv
 from corgnn.nn.gcn import dropout
+from corgnn.sparse.backends import numba_kernels
 
 def load(name: str):
     if name == "Cora":
@@ -129,25 +131,15 @@ def _context(fn):
 
 def plain_kernels(value):
     """Lever 3's "before": no prefetching compilation is used (``value`` True)."""
-    from corgnn.sparse.backends import numba_kernels
-
     numba_kernels.PREFETCH_MIN_BYTES = 2**62 if value else _PREFETCH_MIN_BYTES
 
 
 def allocator(value):
     """Lever 4: ``value`` False = glibc's defaults for the timed block; None = back to on."""
-    from corgnn import reuse_freed_memory
-
     reuse_freed_memory(value is not False)
 
 
-def _prefetch_min_bytes():
-    from corgnn.sparse.backends import numba_kernels
-
-    return numba_kernels.PREFETCH_MIN_BYTES
-
-
-_PREFETCH_MIN_BYTES = _prefetch_min_bytes()
+_PREFETCH_MIN_BYTES = numba_kernels.PREFETCH_MIN_BYTES
 
 
 def set_cache(model: nn.Module, on: bool) -> nn.Module:

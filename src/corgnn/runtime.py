@@ -38,7 +38,7 @@ import ctypes.util
 import functools
 import warnings
 
-__all__ = ["reuse_freed_memory", "reuses_freed_memory"]
+__all__ = ["reuse_freed_memory", "reuses_freed_memory", "allocator_label"]
 
 _M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 _M_MMAP_THRESHOLD = -3
@@ -110,3 +110,9 @@ def reuse_freed_memory(enabled: bool = True) -> bool:
 def reuses_freed_memory() -> bool:
     """Whether :func:`reuse_freed_memory` is on in this process."""
     return _active
+
+
+def allocator_label() -> str:
+    """``"reuse-freed"`` while :func:`reuse_freed_memory` is on, else ``"default"``
+    (the ``allocator`` field of benchmark results)."""
+    return "reuse-freed" if _active else "default"

@@ -490,7 +490,7 @@ def machine_info(device: str | torch.device = "cpu") -> dict:
     every machine)."""
     import numba
 
-    from ..runtime import reuses_freed_memory
+    from ..runtime import allocator_label
     import torch_geometric
 
     device = torch.device(device)
@@ -505,7 +505,7 @@ def machine_info(device: str | torch.device = "cpu") -> dict:
         "python": platform.python_version(),
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "",
-        "allocator": "reuse-freed" if reuses_freed_memory() else "default",
+        "allocator": allocator_label(),
     }
     return info
 

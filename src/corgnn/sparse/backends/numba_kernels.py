@@ -170,7 +170,6 @@ def spmm_rows(dist):
         (about equal ``entries + rows`` each, see ``numba_cpu._row_chunks``); B (m, f);
         out (n, f) overwritten; bias (f,) or empty (= none), the row's starting value.
         """
-        n = ptr.shape[0] - 1
         f = B.shape[1]
         has_val = val.shape[0] > 0
         has_perm = perm.shape[0] > 0
@@ -207,7 +206,6 @@ def spmm_rows_heads(dist):
         overwritten. The head dimension is the middle one so one neighbour's rows for
         all heads are contiguous (paper §Multi-head GAT).
         """
-        n = ptr.shape[0] - 1
         H = B.shape[1]
         f = B.shape[2]
         has_val = val.shape[0] > 0
@@ -241,7 +239,6 @@ def sddmm_rows(dist):
         B (n, f) row operand; C (m, f) column operand (``C^T`` of the math, row-major);
         val (nnz,) or empty (= ones); out (nnz,) in the caller's entry order.
         """
-        n = ptr.shape[0] - 1
         f = B.shape[1]
         has_val = val.shape[0] > 0
         has_perm = perm.shape[0] > 0
@@ -268,7 +265,6 @@ def sddmm_rows_heads(dist):
 
         B (n, H, f); C (m, H, f); val (nnz, H) or empty; out (nnz, H).
         """
-        n = ptr.shape[0] - 1
         H = B.shape[1]
         f = B.shape[2]
         has_val = val.shape[0] > 0
