@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import torch
 
+from ._cache import SharedCache, tensor_state
 from ._validate import check_edge_index, check_edge_weight
+from .sparse import build
 from .sparse.formats import CSR, SparseFormat
 from .sparse.registry import convert
 
 __all__ = [
     "Graph", "GraphCache", "as_graph", "gcn_edge_weights", "tensor_state",
     "is_sparse_adjacency", "sparse_adjacency_entries", "gat_edges", "sparse_attention_result",
-    "aggr_edge_weights", "AGGREGATIONS",
+    "aggr_edge_weights", "AGGREGATIONS", "shared_graph", "GRAPHS",
 ]
 
 LOOP_MODES = ("remaining", "add", "set")
@@ -195,11 +197,55 @@ class Graph:
         check_edge_weight(edge_weight, edge_index.size(1))
         if edge_weight is not None and edge_weight.device != edge_index.device:
             raise ValueError(f"edge_weight is on {edge_weight.device} but edge_index is on {edge_index.device}")
-        self.edge_index = edge_index.long()
+        # NOTE: a detached alias, not the caller's tensor object: the shared graph
+        # cache is keyed weakly on that object, so a Graph must not keep it alive. The
+        # alias shares the version counter: an in-place edit of the caller's tensor
+        # after construction is refused when a matrix is built (_edges), never read.
+        self.edge_index = edge_index.long().detach()
+        self._edges_state = tensor_state(self.edge_index)
         self.edge_weight = edge_weight
         self.loops = "remaining"  # how PyG adds self-loops to this graph (LOOP_MODES)
         self.sparse_input = None  # (kind, layout) when built from a sparse adjacency
         self._cache: dict = {}
+        self._unweighted: "Graph | None" = None
+
+    def _edges(self) -> torch.Tensor:
+        """``edge_index`` for building a matrix, after checking it was not edited in
+        place since this Graph validated it (raises ValueError naming it if so)."""
+        if tensor_state(self.edge_index) != self._edges_state:
+            raise ValueError(
+                "edge_index was modified in place after the corgnn.Graph was built from it; "
+                "build a new Graph (or pass a new tensor) after editing a graph"
+            )
+        return self.edge_index
+
+    def unweighted(self) -> "Graph":
+        """The same edges without weights (``self`` when there are none), built once:
+        the sparsity patterns and entry positions of the matrices depend on the edges
+        alone, so a graph whose weights change every call (a learnable edge mask)
+        builds them once through this."""
+        if self.edge_weight is None:
+            return self
+        if self._unweighted is None:
+            g = Graph.__new__(Graph)
+            g.__dict__.update(self.__dict__)
+            g.edge_weight, g._cache = None, {}
+            self._unweighted = g
+        return self._unweighted
+
+    def with_edge_weight(self, edge_weight: torch.Tensor | None) -> "Graph":
+        """A Graph of these edges with ``edge_weight (q,)`` (validated; None: the
+        unweighted graph), sharing this graph's unweighted patterns (:meth:`unweighted`)."""
+        if edge_weight is None:
+            return self.unweighted()
+        check_edge_weight(edge_weight, self.num_edges)
+        if edge_weight.device != self.device:
+            raise ValueError(f"edge_weight is on {edge_weight.device} but edge_index is on {self.device}")
+        g = Graph.__new__(Graph)
+        g.__dict__.update(self.__dict__)
+        g.edge_weight, g._cache = edge_weight, {}
+        g._unweighted = self.unweighted()
+        return g
 
     @classmethod
     def from_sparse(cls, adj, num_nodes: int | None = None) -> "Graph":
@@ -287,13 +333,44 @@ class Graph:
         csr = self._cache.get(key)
         if csr is None:
             ew = None if self.edge_weight is None else self.edge_weight.detach()  # a constant: cached
-            ei, ew = gcn_edge_weights(
-                self.edge_index, ew, self.num_nodes, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=dtype, loops=self.loops,
-            )
             n = self.num_nodes
-            csr = CSR.from_coo(ei[1], ei[0], ew.to(dtype), (n, n), coalesce=True)
+            if self.loops == "remaining" and build.supported(self.device, dtype):
+                # NOTE: one counting-sort pass (sparse/build.py) computes what gcn_norm +
+                # a coalescing sort compute: same matrix, O(q) instead of O(q log q).
+                ptr, col, val, entry = build.adjacency_csr(
+                    self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_REMAINING if add_self_loops else build.LOOPS_KEEP,
+                    fill=2.0 if improved else 1.0, norm=build.NORM_SYMMETRIC if normalize else build.NORM_NONE,
+                )
+                csr = CSR(ptr, col, val, (n, n))
+                self._cache.setdefault(("gcn-positions", add_self_loops), self._positions(entry, add_self_loops))
+            else:
+                ei, ew = gcn_edge_weights(
+                    self._edges(), ew, n, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=dtype, loops=self.loops,
+                )
+                csr = CSR.from_coo(ei[1], ei[0], ew.to(dtype), (n, n), coalesce=True)
             self._cache[key] = csr
         return self._format(key, csr, format)
+
+    def _positions(self, entry: torch.Tensor, add_self_loops: bool) -> torch.Tensor:
+        """Entry of the GCN matrix of each edge of :func:`gcn_edge_weights`' output
+        (the edges without self-loops, then one loop per node, when ``add_self_loops``;
+        else every edge), from :func:`corgnn.sparse.build.adjacency_csr`'s ``entry``."""
+        q = self.num_edges
+        if not add_self_loops:
+            return entry
+        ei = self.edge_index
+        return torch.cat([entry[:q][ei[0] != ei[1]], entry[q:]])
+
+    def gcn_pattern(self, *, dtype: torch.dtype = torch.float32, add_self_loops: bool = True, format: str = "csr") -> tuple[SparseFormat, torch.Tensor | None]:
+        """``(A, positions)``: a GCN matrix with this graph's sparsity pattern (that of
+        the unweighted graph, :meth:`unweighted`, built once however often the weights
+        change) and, on the fast path, for each edge of :func:`gcn_edge_weights`'
+        output the position of its entry in ``A``'s CSR order (None otherwise: then
+        :func:`corgnn.functional.gcn.gcn_values` searches them). For layers whose
+        values are a differentiable function of the weights (they replace ``A``'s)."""
+        base = self.unweighted()
+        A = base.gcn_adjacency(dtype=dtype, add_self_loops=add_self_loops, format=format)
+        return A, base._cache.get(("gcn-positions", add_self_loops)) if format == "csr" else None
 
     def gcn_stats(self, **opts):
         """:class:`corgnn.cost.MatrixStats` of :meth:`gcn_adjacency` with these
@@ -331,10 +408,17 @@ class Graph:
         if csr is None:
             ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
             n = self.num_nodes
-            ei, w = self.edge_index, aggr_edge_weights(self.edge_index, ew, n, aggr, dtype)
-            if diagonal:
-                ei, w = _with_loops(ei, w, 0.0, n, replace=False)
-            csr = self._cache[key] = CSR.from_coo(ei[1], ei[0], w, (n, n), coalesce=True)
+            if build.supported(self.device, dtype):
+                ptr, col, val, _ = build.adjacency_csr(
+                    self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_DIAGONAL if diagonal else build.LOOPS_KEEP, fill=0.0,
+                    norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
+                )
+                csr = self._cache[key] = CSR(ptr, col, val, (n, n))
+            else:
+                ei, w = self._edges(), aggr_edge_weights(self.edge_index, ew, n, aggr, dtype)
+                if diagonal:
+                    ei, w = _with_loops(ei, w, 0.0, n, replace=False)
+                csr = self._cache[key] = CSR.from_coo(ei[1], ei[0], w, (n, n), coalesce=True)
         return self._format(key, csr, format)
 
     # ---------------------------------------------------------- GAT adjacency
@@ -365,7 +449,7 @@ class Graph:
         out = self._cache.get(key)
         if out is None:
             n = self.num_nodes
-            ei = gat_edges(self.edge_index, n, n, n if add_self_loops else None, self.loops)
+            ei = gat_edges(self._edges(), n, n, n if add_self_loops else None, self.loops)
             perm = torch.argsort(ei[1] * max(n, 1) + ei[0], stable=True)  # CSR.from_coo's order
             out = self._cache[key] = (ei, perm)
         return out
@@ -443,15 +527,6 @@ def _no_weight_with_sparse(edge_weight) -> None:
         )
 
 
-def tensor_state(t: torch.Tensor) -> tuple:
-    """O(1) fingerprint of what ``t`` holds now: its in-place version counter, data
-    address, shape, strides and dtype. It changes on every in-place torch op and
-    when ``t.data`` is rebound to another tensor; it does NOT change on writes that
-    bypass autograd's version counter: ``t.data[...] = v``, ``t.numpy()[...] = v``,
-    DLPack/CUDA-array views (see :class:`GraphCache`)."""
-    return (t._version, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
-
-
 class GraphCache:
     """Maps the ``edge_index`` a module is called with to a :class:`Graph`, once.
 
@@ -472,7 +547,9 @@ class GraphCache:
     2 cores, and a second ``edge_index`` in memory; the torch.compile path pays it
     (see :func:`graph_by_content`) because it cannot see tensor identity.
 
-    Cached state is never pickled or deep-copied: a copy starts empty.
+    The graphs of ``edge_index`` tensors are shared across layers and models
+    (:func:`shared_graph`); a sparse adjacency is kept per instance. Cached state is
+    never pickled or deep-copied: a copy starts empty.
     """
 
     def __init__(self):
@@ -497,19 +574,37 @@ class GraphCache:
             return self._graph
         if isinstance(edge_index_or_graph, Graph) or not isinstance(edge_index_or_graph, torch.Tensor):
             return as_graph(edge_index_or_graph, edge_weight, num_nodes)
-        key = (
-            edge_index_or_graph,
-            tensor_state(edge_index_or_graph),
-            edge_weight,
-            None if edge_weight is None else tensor_state(edge_weight),
-            num_nodes,
-        )
-        old = self._key
-        if old is not None and len(old) == len(key) and all((a is b) if isinstance(a, torch.Tensor) or b is None else a == b for a, b in zip(old, key)):
-            return self._graph
-        self._graph = Graph(edge_index_or_graph, edge_weight, num_nodes)
-        self._key = key
-        return self._graph
+        return shared_graph(edge_index_or_graph, edge_weight, num_nodes)
+
+
+GRAPHS = SharedCache(capacity=32)
+"""The process-wide store of :func:`shared_graph`: the Graph of each ``edge_index``
+(and ``edge_weight``) tensor seen recently, dropped when the tensor is freed, or
+beyond the 32 most recently used (:func:`corgnn.clear_caches` drops them all)."""
+
+
+def shared_graph(edge_index: torch.Tensor, edge_weight: torch.Tensor | None = None, num_nodes: int | None = None) -> Graph:
+    """The :class:`Graph` of ``edge_index (2, q)`` (+ ``edge_weight (q,)``), built once
+    and shared by every layer and model that sees the same tensors: an L-layer model
+    builds one Graph (and one ``A'``) per batch, not L.
+
+    Keyed as :class:`GraphCache` says (tensor identity and state, the node count); a
+    graph with weights shares the patterns of the unweighted graph of the same
+    ``edge_index`` (:meth:`Graph.unweighted`), so weights that change every call (an
+    explainer's edge mask) do not rebuild them.
+
+    Raises: as :class:`Graph` (validation runs once per new key).
+    """
+    extra = (num_nodes,)
+    g = GRAPHS.get((edge_index, edge_weight), extra)
+    if g is not None:
+        return g
+    if edge_weight is None:
+        return GRAPHS.put((edge_index, None), Graph(edge_index, None, num_nodes), extra)
+    base = GRAPHS.get((edge_index, None), extra)
+    if base is None:
+        base = GRAPHS.put((edge_index, None), Graph(edge_index, None, num_nodes), extra)
+    return GRAPHS.put((edge_index, edge_weight), base.with_edge_weight(edge_weight), extra)
 
 
 # ----------------------------------------------------------------- torch.compile path

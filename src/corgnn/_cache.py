@@ -1,0 +1,146 @@
+"""The one cache primitive: values keyed on tensors by identity and state, held weakly.
+
+Every corgnn cache that reuses work across calls (the graph built for an
+``edge_index``, a layer's feature checks and kept ``A'X``) answers the same question:
+is this the same tensor, unchanged, as last time? :func:`tensor_state` is the O(1)
+fingerprint, :class:`TensorKey` a key over several tensors and plain values, and
+:class:`SharedCache` a process-wide, bounded store whose entries disappear with the
+tensors they are keyed on.
+
+Rules, the same for every cache:
+
+- A key matches when each keyed tensor is the *same object* (identity, held by a
+  weak reference) in the same :func:`tensor_state` (in-place version counter, data
+  address, shape, strides, dtype, device), and the plain parts are equal.
+- Writes that bypass autograd's version counter (``t.data[...] = v``, NumPy or DLPack
+  views, in-place edits of an inference tensor inside ``torch.inference_mode``) are
+  not seen: pass a new tensor after such an edit, or call :func:`corgnn.clear_caches`.
+- Inference tensors (made under ``torch.inference_mode``) have no version counter:
+  their state leaves it out.
+- Cached state is never pickled or deep-copied: a copy starts empty
+  (:class:`Uncopied`).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+
+import torch
+
+__all__ = ["tensor_state", "TensorKey", "SharedCache", "Uncopied", "clear_shared_caches"]
+
+
+def tensor_state(t: torch.Tensor) -> tuple:
+    """O(1) fingerprint of what ``t`` holds now: its in-place version counter (None for
+    an inference tensor, which has none), data address, shape, strides, dtype and
+    device. It changes on every in-place torch op and when ``t.data`` is rebound; it
+    does NOT change on writes that bypass the version counter (see the module notes)."""
+    version = None if t.is_inference() else t._version
+    return (version, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)
+
+
+class TensorKey:
+    """A key over ``tensors`` (each a tensor or None; held weakly, matched by identity
+    and :func:`tensor_state`) and hashable ``extra`` values (matched by equality)."""
+
+    __slots__ = ("refs", "states", "extra")
+
+    def __init__(self, tensors: tuple, extra: tuple = ()):
+        self.refs = tuple(None if t is None else weakref.ref(t) for t in tensors)
+        self.states = tuple(None if t is None else tensor_state(t) for t in tensors)
+        self.extra = extra
+
+    def matches(self, tensors: tuple, extra: tuple = ()) -> bool:
+        """Whether ``tensors`` and ``extra`` are what this key was made from, unchanged."""
+        if extra != self.extra or len(tensors) != len(self.refs):
+            return False
+        for ref, state, t in zip(self.refs, self.states, tensors):
+            if t is None or ref is None:
+                if t is not ref:  # (both None)
+                    return False
+            elif ref() is not t or state != tensor_state(t):
+                return False
+        return True
+
+
+class SharedCache:
+    """A bounded, thread-safe, process-wide map from :class:`TensorKey` to values.
+
+    An entry is dropped when one of its keyed tensors is freed (weak-reference
+    callback), when it is the least recently used beyond ``capacity`` entries, or by
+    :meth:`clear`. Values must not hold strong references to the keyed tensors, or
+    they live until evicted (a :class:`corgnn.Graph` built here holds a detached alias).
+    """
+
+    _all: "weakref.WeakSet[SharedCache]" = weakref.WeakSet()
+
+    def __init__(self, capacity: int):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._entries: OrderedDict = OrderedDict()  # (ids, extra) -> (TensorKey, value)
+        self._lock = threading.RLock()  # (a dropped value may free a keyed tensor: its callback re-enters)
+        SharedCache._all.add(self)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, tensors: tuple, extra: tuple = ()):
+        """The value stored for ``tensors``/``extra`` if the key still matches, else None."""
+        slot = (tuple(id(t) for t in tensors), extra)
+        with self._lock:
+            hit = self._entries.get(slot)
+            if hit is None:
+                return None
+            if not hit[0].matches(tensors, extra):
+                del self._entries[slot]
+                return None
+            self._entries.move_to_end(slot)
+            return hit[1]
+
+    def put(self, tensors: tuple, value, extra: tuple = ()):
+        """Store ``value`` for ``tensors``/``extra`` (replacing an older entry); returns it."""
+        slot = (tuple(id(t) for t in tensors), extra)
+        key = TensorKey(tensors, extra)
+        me = weakref.ref(self)
+
+        def drop(_ref, slot=slot, key=key):
+            cache = me()
+            if cache is not None:
+                with cache._lock:
+                    hit = cache._entries.get(slot)
+                    if hit is not None and hit[0] is key:
+                        del cache._entries[slot]
+
+        key.refs = tuple(None if t is None else weakref.ref(t, drop) for t in tensors)
+        with self._lock:
+            self._entries[slot] = (key, value)
+            self._entries.move_to_end(slot)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
+
+    def __reduce__(self):  # (never pickled with its entries)
+        return (type(self), (self.capacity,))
+
+
+def clear_shared_caches() -> None:
+    """Drop the entries of every :class:`SharedCache` of the process."""
+    for cache in list(SharedCache._all):
+        cache.clear()
+
+
+class Uncopied:
+    """Mixin for per-module cache objects: pickling or deep-copying gives a new, empty
+    instance (``type(self)()``), so ``torch.save(model)`` and ``copy.deepcopy`` work at
+    any time and the copy rebuilds its caches on its first call."""
+
+    def __reduce__(self):
+        return (type(self), ())
