@@ -342,7 +342,7 @@ class Graph:
                     fill=2.0 if improved else 1.0, norm=build.NORM_SYMMETRIC if normalize else build.NORM_NONE,
                 )
                 csr = CSR(ptr, col, val, (n, n))
-                self._cache.setdefault(("gcn-positions", add_self_loops), self._positions(entry, add_self_loops))
+                self._cache.setdefault(("gcn-entry", add_self_loops), entry)
             else:
                 ei, ew = gcn_edge_weights(
                     self._edges(), ew, n, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=dtype, loops=self.loops,
@@ -370,7 +370,13 @@ class Graph:
         values are a differentiable function of the weights (they replace ``A``'s)."""
         base = self.unweighted()
         A = base.gcn_adjacency(dtype=dtype, add_self_loops=add_self_loops, format=format)
-        return A, base._cache.get(("gcn-positions", add_self_loops)) if format == "csr" else None
+        entry = base._cache.get(("gcn-entry", add_self_loops))
+        if entry is None or format != "csr":
+            return A, None
+        pos = base._cache.get(("gcn-positions", add_self_loops))
+        if pos is None:
+            pos = base._cache[("gcn-positions", add_self_loops)] = base._positions(entry, add_self_loops)
+        return A, pos
 
     def gcn_stats(self, **opts):
         """:class:`corgnn.cost.MatrixStats` of :meth:`gcn_adjacency` with these

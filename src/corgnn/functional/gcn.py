@@ -170,6 +170,7 @@ def gcn_conv(x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat
 def gcn_values(
     A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Tensor | None, *,
     improved: bool = False, add_self_loops: bool = True, normalize: bool = True, loops: str = "remaining",
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Values ``(nnz,)`` of the GCN propagation matrix ``A`` (as built by
     :meth:`corgnn.Graph.gcn_adjacency` from these edges and options, in any format)
@@ -180,11 +181,16 @@ def gcn_values(
     duplicate edges as the coalesced ``A`` does. For :func:`gcn_conv`'s ``values``:
     the layer's gradient w.r.t. them chains through here to ``edge_weight``.
     ``loops``: the Graph's self-loop handling (:attr:`corgnn.Graph.loops`).
+    ``positions ((q',) int64)``: the entry of ``A`` of each edge of
+    :func:`gcn_edge_weights`' output when known (:meth:`corgnn.Graph.gcn_pattern`:
+    computed once per graph, so no search per call).
     """
     n = A.shape[0]
     ei, ew = gcn_edge_weights(
         edge_index, edge_weight, n, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=A.val.dtype, loops=loops,
     )
+    if positions is not None:
+        return ew.new_zeros(A.nnz).index_add(0, positions, ew)
     return entry_values(A, ei, ew)
 
 

@@ -513,10 +513,16 @@ class GCNConv(_LayerInputs, nn.Module):
             zeros(self.bias)
 
     def adjacency(self, graph: Graph, dtype: torch.dtype):
+        """``A'`` of ``graph`` in this layer's format; when its values are a
+        differentiable function of ``graph.edge_weight`` (:meth:`_edge_values`
+        supplies them), only its pattern counts and it is the unweighted graph's
+        (:meth:`corgnn.Graph.gcn_pattern`, built once however often the weights change)."""
         opts = dict(dtype=dtype, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize)
         fmt = self.format
         if fmt == "auto":  # I/O-model choice, on the SpMM width of transform-first
-            fmt = choose_format(graph.gcn_stats(**opts), min(self.in_channels, self.out_channels)).format
+            fmt = choose_format(graph.unweighted().gcn_stats(**opts), min(self.in_channels, self.out_channels)).format
+        if self._values_need_grad(graph) and graph.loops == "remaining":
+            return graph.gcn_pattern(dtype=dtype, add_self_loops=self.add_self_loops, format=fmt)[0]
         return graph.gcn_adjacency(**opts, format=fmt)
 
     def sparse_features_allowed(self) -> bool:
@@ -646,8 +652,10 @@ class GCNConv(_LayerInputs, nn.Module):
         the cached ``A.val`` is used as a constant, at no extra cost."""
         if not self._values_need_grad(graph):
             return None
+        positions = graph.gcn_pattern(dtype=A.val.dtype, add_self_loops=self.add_self_loops, format=A.name)[1] if graph.loops == "remaining" else None
         return gcn_values(
             A, graph.edge_index, graph.edge_weight, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize, loops=graph.loops,
+            positions=positions,
         )
 
     def _forward_compiled(self, x, edge_index, edge_weight):

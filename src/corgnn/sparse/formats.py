@@ -291,10 +291,15 @@ class CSR(SparseFormat):
         """The same matrix in CSC, with ``perm`` back to this CSR's entry order (cached)."""
         if self._csc is None:
             n, m = self.shape
-            key = self.col * max(n, 1) + self.row()
-            perm = torch.argsort(key, stable=True)
-            row = self.row()[perm]
-            colptr = _ptr_from_sorted(self.col[perm], m)
+            if self.device.type == "cpu":  # one counting sort on the column, O(nnz)
+                from .build import csr_to_csc
+
+                colptr, row, perm = csr_to_csc(self.rowptr, self.col, m)
+            else:
+                key = self.col * max(n, 1) + self.row()
+                perm = torch.argsort(key, stable=True)
+                row = self.row()[perm]
+                colptr = _ptr_from_sorted(self.col[perm], m)
             val = self.val[perm] if self.val is not None else None
             self._csc = CSC(colptr, row, val, self.shape, perm=perm)
         return self._csc

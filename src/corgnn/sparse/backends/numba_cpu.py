@@ -74,11 +74,20 @@ def _row_chunks(ptr_t: torch.Tensor, ptr: np.ndarray) -> np.ndarray:
     return chunks
 
 
+CHUNK_MIN_WORK = 4096
+"""Least ``entries + rows`` per parallel task: a small graph (a mini-batch of small
+graphs) runs as few tasks, so it pays no per-task cost it cannot win back."""
+
+
 def _make_chunks(ptr: np.ndarray, threads: int) -> np.ndarray:
     n = ptr.shape[0] - 1
-    tasks = max(1, min(n, 16 * threads))
+    total = int(ptr[-1]) + n
+    # (a multiple of the thread count, so equal-work tasks keep every thread busy)
+    tasks = max(1, min(n, 16 * threads, threads * (total // (threads * CHUNK_MIN_WORK))))
+    if tasks == 1:
+        return np.array([0, n], dtype=np.int64)
     work = ptr + np.arange(n + 1)  # entries + rows before each row, increasing
-    chunks = np.searchsorted(work, np.linspace(0, work[-1], tasks + 1), side="left").astype(np.int64)
+    chunks = np.searchsorted(work, np.arange(tasks + 1) * (total / tasks), side="left").astype(np.int64)
     chunks[0], chunks[-1] = 0, n
     return chunks
 
