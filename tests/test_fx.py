@@ -15,7 +15,7 @@ from torch_geometric.nn import GCNConv as PygGCNConv
 import corgnn
 from corgnn.cost import plan_feature_conversion
 from corgnn.fx import InputDropout, rewrite_input_dropout
-from corgnn.nn.gcn import _FeatureCache, dense_to_csr
+from corgnn.nn.base import FeatureCache, dense_to_csr
 
 from conftest import make_graph
 
@@ -196,7 +196,7 @@ def test_feature_conversion_plan():
 
 def test_feature_cache_skips_once_seen_tensors_when_conversion_loses():
     x = sparse_x(40, 60, dtype=torch.float32)
-    cache = _FeatureCache()
+    cache = FeatureCache()
     assert cache(x, 40, 60, 1, False) is not None  # first tensor: counted as reused
     assert cache(x, 40, 60, 1, False) is not None  # (a second call: reused indeed)
     fresh = [x.clone() for _ in range(3)]

@@ -4,9 +4,10 @@ Paper: "Cached Operator Reordering: A Unified View for Fast GNN Training".
 """
 
 from . import cost, nn, sparse
+from ._cache import clear_caches
 from .graph import Graph
 from .interop import optimize
 from .runtime import reuse_freed_memory
 
 __version__ = "0.1.0"
-__all__ = ["Graph", "optimize", "reuse_freed_memory", "nn", "sparse", "cost", "__version__"]
+__all__ = ["Graph", "optimize", "reuse_freed_memory", "clear_caches", "nn", "sparse", "cost", "__version__"]

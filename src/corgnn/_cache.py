@@ -29,16 +29,19 @@ from collections import OrderedDict
 
 import torch
 
-__all__ = ["tensor_state", "TensorKey", "SharedCache", "Uncopied", "clear_shared_caches"]
+__all__ = ["tensor_state", "TensorKey", "SharedCache", "Uncopied", "clear_shared_caches", "clear_caches"]
 
 
 def tensor_state(t: torch.Tensor) -> tuple:
     """O(1) fingerprint of what ``t`` holds now: its in-place version counter (None for
     an inference tensor, which has none), data address, shape, strides, dtype and
-    device. It changes on every in-place torch op and when ``t.data`` is rebound; it
-    does NOT change on writes that bypass the version counter (see the module notes)."""
+    device, and whether ``torch.inference_mode`` is on (what is derived under it is an
+    inference tensor, which autograd refuses outside it: a cache never hands it to a
+    call outside). It changes on every in-place torch op and when ``t.data`` is
+    rebound; it does NOT change on writes that bypass the version counter (see the
+    module notes)."""
     version = None if t.is_inference() else t._version
-    return (version, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)
+    return (version, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device, torch.is_inference_mode_enabled())
 
 
 class TensorKey:
@@ -144,3 +147,25 @@ class Uncopied:
 
     def __reduce__(self):
         return (type(self), ())
+
+
+def clear_caches(model: torch.nn.Module | None = None) -> None:
+    """Drop what corgnn keeps across calls, for after an edit its keys cannot see (a
+    write through ``t.data[...]`` or a NumPy view of ``edge_index``, ``edge_weight``
+    or ``x``): the process-wide graph store (the Graph of every ``edge_index`` seen),
+    and with ``model`` every per-layer cache of its modules (validated features, the
+    sparse-feature CSR, a kept ``A'X`` or ``S^K X``). The next call rebuilds them.
+    A :class:`corgnn.Graph` you hold keeps its own matrices: build a new one.
+
+    Raises:
+        TypeError: ``model`` is not a ``torch.nn.Module``.
+    """
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
+    clear_shared_caches()
+    if model is None:
+        return
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, Uncopied):
+                object.__setattr__(module, name, type(value)())

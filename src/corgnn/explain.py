@@ -101,7 +101,7 @@ def _dataset_shape(name: str, root):
     g = Graph(data.edge_index, num_nodes=data.num_nodes)
     q = g.gcn_adjacency().nnz
     label = data.name if getattr(data, "synthetic", False) else f"{data.name} (real)"
-    from .nn.gcn import SPARSE_FEATURE_DENSITY
+    from .nn.base import SPARSE_FEATURE_DENSITY
 
     x_nnz = int(torch.count_nonzero(data.x))
     if x_nnz > SPARSE_FEATURE_DENSITY * data.x.numel():

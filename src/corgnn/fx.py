@@ -60,18 +60,18 @@ class InputDropout:
     """
 
     def __init__(self, p: float, sparse_out: bool):
-        from .nn.gcn import _FeatureCache
+        from .nn.base import FeatureCache
 
         if not 0.0 <= float(p) < 1.0:
             raise ValueError(f"dropout probability p must be in [0, 1), got {p}")
         self.p, self.sparse_out = float(p), bool(sparse_out)
-        self._features = _FeatureCache()
+        self._features = FeatureCache()
 
     def __reduce__(self):
         return (type(self), (self.p, self.sparse_out))
 
     def __call__(self, x):
-        from .nn.gcn import dropout
+        from .nn.base import dropout
 
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point() or x.requires_grad or x.layout != torch.strided:
             return nn.functional.dropout(x, self.p, True)
@@ -148,13 +148,12 @@ def _dropout_site(node: fx.Node, root: nn.Module):
 
 def _takes_sparse(user: fx.Node, node: fx.Node, root: nn.Module) -> bool:
     """Whether ``user`` is a corgnn layer taking ``node`` as its features ``x``."""
-    from .nn.gat import GATConv
-    from .nn.gcn import GCNConv
+    from .nn.base import CorgnnConv
 
     if user.op != "call_module":
         return False
     layer = root.get_submodule(user.target)
-    if not isinstance(layer, (GCNConv, GATConv)) or not layer.sparse_features_allowed():
+    if not isinstance(layer, CorgnnConv) or not layer.sparse_features_allowed():
         return False
     first = user.args[0] if user.args else user.kwargs.get("x")
     others = [*user.args[1:], *(v for k, v in user.kwargs.items() if k != "x")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._cache import SharedCache, tensor_state
+from ._cache import SharedCache, Uncopied, tensor_state
 from ._validate import check_edge_index, check_edge_weight
 from .sparse import build
 from .sparse.formats import CSR, SparseFormat
@@ -504,9 +504,9 @@ def sparse_attention_result(sparse_input: tuple, edge_index: torch.Tensor, alpha
         return SparseTensor(row=row, col=col, value=alpha, sparse_sizes=shape, is_sorted=True, trust_data=True)
     size = tuple(shape) + tuple(alpha.shape[1:])
     if layout == torch.sparse_csr:
-        from .sparse.formats import _ptr_from_sorted
+        from .sparse.formats import ptr_from_sorted
 
-        return torch.sparse_csr_tensor(_ptr_from_sorted(row, shape[0]), col, alpha, size), alpha
+        return torch.sparse_csr_tensor(ptr_from_sorted(row, shape[0]), col, alpha, size), alpha
     return torch.sparse_coo_tensor(torch.stack([row, col]), alpha, size).coalesce(), alpha
 
 
@@ -533,7 +533,7 @@ def _no_weight_with_sparse(edge_weight) -> None:
         )
 
 
-class GraphCache:
+class GraphCache(Uncopied):
     """Maps the ``edge_index`` a module is called with to a :class:`Graph`, once.
 
     Like PyG's ``cached=True`` but safer: keyed on the ``edge_index`` /
@@ -561,9 +561,6 @@ class GraphCache:
     def __init__(self):
         self._key = None
         self._graph = None
-
-    def __reduce__(self):
-        return (type(self), ())
 
     def __call__(self, edge_index_or_graph, edge_weight=None, num_nodes: int | None = None) -> Graph:
         if is_sparse_adjacency(edge_index_or_graph):

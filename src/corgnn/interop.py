@@ -12,6 +12,8 @@ import warnings
 import torch
 from torch import nn
 
+from .sparse.torch_sparse import from_torch_sparse
+
 __all__ = ["optimize", "from_torch_sparse"]
 
 _MODULE_HOOKS = (
@@ -75,37 +77,6 @@ def _adopt(make, layer: nn.Module, params: dict) -> nn.Module:
             setattr(new, attr, getattr(layer, attr))
     new.train(layer.training)
     return new
-
-
-# ----------------------------------------------------------------- torch.sparse
-
-
-def from_torch_sparse(t: torch.Tensor):
-    """corgnn :class:`~corgnn.sparse.CSR` of a 2-D ``torch.sparse`` matrix (COO, CSR,
-    CSC, BSR or BSC layout): same shape, values, dtype and device; the entries of an
-    uncoalesced COO tensor are summed per position, as ``t.to_dense()`` does. The
-    values are taken as constants (no autograd link to ``t``).
-
-    Raises:
-        TypeError: ``t`` is not a sparse tensor.
-        ValueError: not 2-D, or hybrid (values with dense dimensions).
-    """
-    from .sparse.formats import CSR
-
-    if not isinstance(t, torch.Tensor) or t.layout == torch.strided:
-        what = f"a dense {t.dtype} tensor" if isinstance(t, torch.Tensor) else type(t).__name__
-        raise TypeError(f"expected a torch.sparse tensor, got {what}")
-    if t.dim() != 2 or t.dense_dim() != 0:
-        raise ValueError(f"expected a 2-D sparse matrix with scalar values, got shape {tuple(t.shape)} with {t.dense_dim()} dense dim(s) ({t.layout})")
-    t = t.detach()
-    shape = (int(t.size(0)), int(t.size(1)))
-    if t.layout == torch.sparse_csr:
-        return CSR(t.crow_indices().long().contiguous(), t.col_indices().long().contiguous(), t.values().contiguous(), shape)
-    if t.layout != torch.sparse_coo:
-        t = t.to_sparse_coo()
-    t = t.coalesce()  # sorted row-major, duplicates summed
-    row, col = t.indices()
-    return CSR.from_coo(row, col, t.values(), shape)
 
 
 # ------------------------------------------------------------------------ GCNConv

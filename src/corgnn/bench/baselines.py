@@ -229,7 +229,7 @@ class DenseFeatures(nn.Module):
     def forward(self, x, *graph):
         if self._checked:
             return self.inner(x, *graph)
-        from ..nn import gcn as gcn_module
+        from ..nn import base as gcn_module  # (where the layers read SPARSE_FEATURE_DENSITY)
 
         old = gcn_module.SPARSE_FEATURE_DENSITY
         gcn_module.SPARSE_FEATURE_DENSITY = -1.0

@@ -87,10 +87,10 @@ class ClusterBatches:
             return None
         xb = self._features.get(i)
         if xb is None:
-            from ..nn.gcn import SPARSE_FEATURE_DENSITY, _row_pointer, dense_to_csr
+            from ..nn.base import SPARSE_FEATURE_DENSITY, dense_to_csr, row_pointer
 
             xb = self.x[self.clusters[i].to(self.x.device)]
-            ptr = _row_pointer(xb)
+            ptr = row_pointer(xb)
             xb = self._features[i] = dense_to_csr(xb, ptr) if int(ptr[-1]) <= SPARSE_FEATURE_DENSITY * xb.numel() else xb
         return xb
 

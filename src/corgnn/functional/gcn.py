@@ -170,7 +170,7 @@ def gcn_conv(x, weight: torch.Tensor, bias: torch.Tensor | None, A: SparseFormat
 def gcn_values(
     A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Tensor | None, *,
     improved: bool = False, add_self_loops: bool = True, normalize: bool = True, loops: str = "remaining",
-    positions: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None, edge_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Values ``(nnz,)`` of the GCN propagation matrix ``A`` (as built by
     :meth:`corgnn.Graph.gcn_adjacency` from these edges and options, in any format)
@@ -183,12 +183,16 @@ def gcn_values(
     ``loops``: the Graph's self-loop handling (:attr:`corgnn.Graph.loops`).
     ``positions ((q',) int64)``: the entry of ``A`` of each edge of
     :func:`gcn_edge_weights`' output when known (:meth:`corgnn.Graph.gcn_pattern`:
-    computed once per graph, so no search per call).
+    computed once per graph, so no search per call). ``edge_mask`` (same length as
+    that output): multiplies each edge's normalised weight (PyG's explain masks,
+    applied to the messages after the normalisation).
     """
     n = A.shape[0]
     ei, ew = gcn_edge_weights(
         edge_index, edge_weight, n, improved=improved, add_self_loops=add_self_loops, normalize=normalize, dtype=A.val.dtype, loops=loops,
     )
+    if edge_mask is not None:
+        ew = ew * edge_mask.to(ew.dtype)
     if positions is not None:
         return ew.new_zeros(A.nnz).index_add(0, positions, ew)
     return entry_values(A, ei, ew)

@@ -20,12 +20,12 @@ from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
 from ..functional.gcn import GCNFunction, _transform, entry_values
 from ..graph import AGGREGATIONS, Graph, GraphCache, aggr_edge_weights
 from ..sparse.registry import check_format_name
-from .gcn import UnsupportedOption, _check_value_grad, _FeatureCache, _LayerInputs, _SparseView, check_message_passing_kwargs
+from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, check_value_grad
 
 __all__ = ["SAGEConv", "GraphConv"]
 
 
-class _AggregateLinear(_LayerInputs, nn.Module):
+class _AggregateLinear(CorgnnConv):
     """``lin_agg(A x) + lin_root(x)`` with the planned GCN product for the first term.
 
     Subclasses set ``_agg`` / ``_root`` (names of the two Linears; ``_root`` may be
@@ -50,7 +50,7 @@ class _AggregateLinear(_LayerInputs, nn.Module):
         self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
         self.scheme, self.format = scheme, format
         self._graphs = GraphCache()
-        self._features = _FeatureCache()
+        self._features = FeatureCache()
         self.last_plan: GCNPlan | None = None
 
     def _dtype_param(self) -> torch.Tensor:
@@ -79,13 +79,13 @@ class _AggregateLinear(_LayerInputs, nn.Module):
     def _forward(self, x, edge_index, edge_weight=None) -> torch.Tensor:
         graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
         if self._weighted:
-            _check_value_grad(graph)
+            check_value_grad(graph)
         src, src_sparse = dense, xs
         proj = getattr(self, "lin", None) if getattr(self, "project", False) else None
         if proj is not None:  # PyG's project: relu(lin(x)) is what gets aggregated
             src, src_sparse = torch.relu(_transform(dense, proj.weight, xs) + proj.bias), None
         A = self.adjacency(graph, dtype)
-        plan = self.plan(graph, src if src is not None else _SparseView(dtype), None if src_sparse is None else src_sparse.nnz)
+        plan = self.plan(graph, src if src is not None else SparseView(dtype), None if src_sparse is None else src_sparse.nnz)
         self.last_plan = plan
         agg = getattr(self, self._agg)
         out = GCNFunction.apply(src, agg.weight, agg.bias, A, plan.scheme, src_sparse, self._edge_values(graph, A))

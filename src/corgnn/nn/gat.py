@@ -16,7 +16,7 @@ from ..graph import (
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .gcn import UnsupportedOption, _check_compiled_x, _FeatureCache, _LayerInputs, _num_rows, check_message_passing_kwargs, dropout
+from .base import CorgnnConv, FeatureCache, UnsupportedOption, check_compiled_x, check_message_passing_kwargs, dropout, num_rows
 
 __all__ = ["GATConv", "GAT"]
 
@@ -31,7 +31,7 @@ def _pair(x) -> bool:
     return isinstance(x, (tuple, list))
 
 
-class GATConv(_LayerInputs, nn.Module):
+class GATConv(CorgnnConv):
     r"""Multi-head graph attention layer with the paper's caching schemes
     (paper §"Analysis of the GAT Computation", Table 4; appendix "GAT Forward Pass").
 
@@ -162,7 +162,7 @@ class GATConv(_LayerInputs, nn.Module):
             self.register_parameter("res", None)
         self.bias = nn.Parameter(torch.empty(total_out)) if bias else None
         self._graphs = GraphCache()
-        self._features = _FeatureCache()
+        self._features = FeatureCache()
         self.last_plan: GATPlan | None = None
         self.last_cache: str | None = None
         self.reset_parameters()
@@ -414,7 +414,7 @@ class GATConv(_LayerInputs, nn.Module):
         ``corgnn::gat_adjacency`` custom op (validated and cached at run time, CSR),
         the caching scheme from the static sizes (:func:`corgnn.cost.gat.static_cache_name`),
         ``x`` dense."""
-        _check_compiled_x(x, self.in_channels, self.lin.weight.dtype)
+        check_compiled_x(x, self.in_channels, self.lin.weight.dtype)
         if size is not None and (size[0] != x.size(0) or size[1] != x.size(0)):
             raise ValueError(f"size must be None or (n, n) with n = x.size(0); bipartite graphs are not supported, got {tuple(size)}")
         A = compiled_gat_adjacency(edge_index, x.size(0), add_self_loops=self.add_self_loops)
@@ -495,7 +495,7 @@ class GAT(nn.Module):
             if isinstance(x, torch.Tensor) and x.layout != torch.strided:  # torch.sparse features
                 x = self.conv1._torch_sparse_features(x)
             # one Graph (and one attention pattern) shared by both layers
-            graph = self._graphs(edge_index, None, _num_rows(x))
+            graph = self._graphs(edge_index, None, num_rows(x))
             xs = self.conv1.sparse_features(x, graph.num_nodes) if isinstance(x, torch.Tensor) else x if isinstance(x, SparseFormat) else None
         if xs is not None:
             # NOTE: dropout of a zero is a zero, so dropping the sparse values is the

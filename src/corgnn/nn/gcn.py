@@ -9,267 +9,30 @@ from torch import nn
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import zeros
 
-from .._validate import check_features, check_finite, check_float_dtype
+from .._cache import Uncopied, tensor_state
+from .._validate import check_features
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn, static_scheme_name
 from ..cost.io import choose_format
 from ..functional.gcn import GCNFunction, gcn_values
-from ..graph import Graph, GraphCache, compiled_gcn_adjacency, is_sparse_adjacency, tensor_state
-from ..interop import from_torch_sparse
-from ..sparse.formats import CSR, SparseFormat, _ptr_from_sorted
+from ..graph import Graph, GraphCache, compiled_gcn_adjacency, is_sparse_adjacency
+from ..sparse.formats import SparseFormat
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
+from .base import (
+    SPARSE_FEATURE_DENSITY, CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_compiled_x, check_flow,
+    check_message_passing_kwargs, check_value_grad, dense_to_csr, dropout, num_rows,
+)
 
-__all__ = ["GCNConv", "GCN", "dropout", "UnsupportedOption", "check_message_passing_kwargs"]
-
-
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout, same distribution as ``torch.nn.functional.dropout``.
-
-    NOTE: built from ``rand_like`` and a comparison, which on CPU is about 3x faster
-    than torch's Bernoulli-based dropout (59 ms vs 21 ms on Cora's 2708 x 1433
-    features, 2 cores), the largest single cost of a Cora training epoch.
-    """
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu":
-        return nn.functional.dropout(x, p, True)
-    keep = torch.rand_like(x) >= p
-    return x * keep * (1.0 / (1.0 - p))
+__all__ = ["GCNConv", "GCN", "dropout", "UnsupportedOption", "check_message_passing_kwargs", "SPARSE_FEATURE_DENSITY", "dense_to_csr"]
 
 
-SPARSE_FEATURE_DENSITY = 0.05
-"""Constant input features at or below this fraction of non-zeros are used as a sparse
-matrix (Planetoid bag-of-words: Cora 1.3 %, CiteSeer 0.9 %). A dense GEMM runs tens
-of times more FLOP/s than a gather-based SpMM, so the switch pays off only well
-below ~10 % density."""
-
-
-class _FeatureCheck:
-    """Validates features once per tensor version (the dataset's ``x`` is checked on
-    the first epoch only; a new tensor, or the same one modified in place or given
-    new ``.data``, is checked again: :func:`corgnn.graph.tensor_state`, with the
-    same limit as :class:`corgnn.graph.GraphCache` for writes through ``x.data[...]``
-    or NumPy). Subclasses derive more per-version state in :meth:`derive`. The
-    state is never pickled or deep-copied: a copy starts empty.
-
-    Two tensors are kept (a training step's features and the evaluation's ``x``
-    alternate in a script with an input dropout); a new one replaces the one with
-    fewer calls. ``previous_seen_once``: the tensor that came before the current
-    new one was used by a single call."""
-
-    SLOTS = 2
-
-    def __init__(self):
-        self._slots: list[list] = []  # [weakref, tensor_state, derived state, calls], newest first
-        self.previous_seen_once = False
-
-    def __reduce__(self):
-        return (type(self), ())
-
-    @property
-    def newest(self):
-        """State derived for the newest tensor seen (None before the first call)."""
-        return self._slots[0][2] if self._slots else None
-
-    def __call__(self, x: torch.Tensor, num_nodes: int, channels: int, width: int | None = None, training: bool = True):
-        """Validate ``x (num_nodes, channels)`` and return its derived state; ``width``
-        and ``training`` describe the layer reading it (see :meth:`derive`)."""
-        key = tensor_state(x)
-        for slot in self._slots:
-            if slot[0]() is x and slot[1] == key:
-                slot[3] += 1
-                return slot[2]
-        check_features("x", x, num_nodes, channels)
-        self.previous_seen_once = bool(self._slots) and self._slots[0][3] == 1
-        state = self.derive(x, width, training)
-        if len(self._slots) >= self.SLOTS:
-            del self._slots[max(range(len(self._slots)), key=lambda i: (-self._slots[i][3], i))]  # fewest calls, oldest first
-        self._slots.insert(0, [weakref.ref(x), key, state, 1])
-        return state
-
-    def derive(self, x: torch.Tensor, width: int | None, training: bool):
-        return None
-
-
-class _FeatureCache(_FeatureCheck):
-    """Also keeps the CSR of constant features (no grad) that are at most
-    :data:`SPARSE_FEATURE_DENSITY` non-zero, converted once per tensor version like
-    the adjacency; ``None`` = use dense.
-
-    When the previous tensor was used by one call only (features arrive as a new
-    tensor every call, e.g. a dropout's output), a new one is converted only if
-    :func:`corgnn.cost.plan_feature_conversion` says one call's saving covers the
-    conversion for a layer of ``width`` output columns (``last_conversion``
-    keeps that plan); without ``width`` the features count as reused."""
-
-    def __init__(self):
-        super().__init__()
-        self.last_conversion = None
-
-    def derive(self, x: torch.Tensor, width: int | None, training: bool) -> "CSR | None":
-        if x.requires_grad or not x.numel():
-            return None
-        n, m = x.shape
-        limit = int(max(SPARSE_FEATURE_DENSITY, 0.0) * x.numel())  # (benchmarks set a negative density: never sparse)
-        if limit == 0:
-            return None
-        seen_once = self.previous_seen_once and width is not None
-        if seen_once:
-            from ..cost.features import plan_feature_conversion
-
-            # the best case (no non-zeros) first: skip counting when even that loses
-            if not plan_feature_conversion(n, m, 0, width, training=training, uses=1).convert:
-                self.last_conversion = plan_feature_conversion(n, m, limit, width, training=training, uses=1)
-                return None
-        ptr = _row_pointer(x)
-        nnz = int(ptr[-1])
-        if nnz > limit:
-            return None
-        if seen_once:
-            self.last_conversion = plan_feature_conversion(n, m, nnz, width, training=training, uses=1)
-            if not self.last_conversion.convert:
-                return None
-        return dense_to_csr(x, ptr)
-
-
-_NUMBA_DTYPES = (torch.float32, torch.float64)
-
-
-def _row_pointer(x: torch.Tensor) -> torch.Tensor:
-    """CSR row pointer ``(n+1,)`` int64 of dense ``x (n, m)``'s non-zeros (one read:
-    the parallel Numba row count on CPU for float32/float64, ``count_nonzero`` else)."""
-    n = x.size(0)
-    ptr = torch.zeros(n + 1, dtype=torch.long)
-    if x.device.type == "cpu" and x.dtype in _NUMBA_DTYPES:
-        from ..sparse.backends.numba_kernels import dense_row_counts
-
-        dense_row_counts(x.detach().contiguous().numpy(), ptr[1:].numpy())
-    else:
-        ptr = ptr.to(x.device)
-        ptr[1:] = torch.count_nonzero(x.detach(), dim=1)
-    return torch.cumsum(ptr, 0, out=ptr)
-
-
-def dense_to_csr(x: torch.Tensor, ptr: torch.Tensor | None = None) -> CSR:
-    """CSR ``(n, m)`` of dense ``x (n, m)``'s non-zeros (values copied, in row-major
-    order; ``x`` untouched, no gradient link).
-
-    Two reads of ``x`` on CPU (float32/float64): the row counts
-    (:func:`_row_pointer`, skipped when ``ptr``, its result, is given) and one
-    parallel Numba pass writing the column indices and values; elsewhere
-    ``x.nonzero()`` (already row-major) and a gather. Matches ``x.to_sparse_csr()``.
-    """
-    x = x.detach()
-    n, m = x.shape
-    if x.device.type == "cpu" and x.dtype in _NUMBA_DTYPES:
-        from ..sparse.backends.numba_kernels import dense_to_csr_fill
-
-        ptr = _row_pointer(x) if ptr is None else ptr
-        nnz = int(ptr[-1])
-        col = torch.empty(nnz, dtype=torch.long)
-        val = torch.empty(nnz, dtype=x.dtype)
-        dense_to_csr_fill(x.contiguous().numpy(), ptr.numpy(), col.numpy(), val.numpy())
-        return CSR(ptr, col, val, (n, m))
-    row, col = x.nonzero(as_tuple=True)
-    csr = CSR(_ptr_from_sorted(row, n), col, x[row, col], (n, m))
-    csr._row = row
-    return csr
-
-
-class _SparseView:
-    """Stands in for sparse-only features in :meth:`GCNConv.plan` (dtype, no grad)."""
-
-    requires_grad = False
-
-    def __init__(self, dtype):
-        self.dtype = dtype
-
-
-def _num_rows(x) -> int | None:
-    """Rows of features ``x`` (a 2-D tensor or a corgnn sparse matrix), else None."""
-    if isinstance(x, SparseFormat):
-        return x.shape[0]
-    return x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None
-
-
-def _check_compiled_x(x, in_channels: int, dtype) -> None:
-    """The checks of ``x`` that need no tensor data (shapes and dtypes are static or
-    guarded under ``torch.compile``)."""
-    if not isinstance(x, torch.Tensor) or x.layout != torch.strided:
-        what = str(x.layout) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise TypeError(f"under torch.compile, x must be a dense torch.Tensor, got {what}; call x.to_dense() or run eagerly")
-    if x.dim() != 2 or x.size(1) != in_channels:
-        raise ValueError(f"x must have shape (num_nodes, {in_channels}), got {tuple(x.shape)}")
-    check_float_dtype("x", x.dtype)
-    if x.dtype != dtype:
-        raise TypeError(f"x is {x.dtype} but the layer's parameters are {dtype}; call .to({x.dtype}) on the module")
-
-
-class UnsupportedOption(NotImplementedError, ValueError):
-    """A PyG constructor option that corgnn's layer accepts in its signature (to keep
-    PyG's positional order) but does not implement; both a ``NotImplementedError``
-    and a ``ValueError``."""
-
-
-_MESSAGE_PASSING_NO_OPS = {
-    "aggr": ("add", "sum"),
-    "flow": ("source_to_target",),  # (GCNConv takes "target_to_source" too: check_flow)
-    "node_dim": (-2, 0),  # the node axis of 2-D features either way
-    "aggr_kwargs": (None, {}),
-}
-"""PyG ``MessagePassing`` options and the values that mean what corgnn computes;
-``decomposed_layers`` (a memory/speed knob of PyG, same results) takes any int >= 1."""
-
-
-def check_message_passing_kwargs(layer: str, kwargs: dict, fixed: tuple[str, ...] = ()) -> None:
-    """Accept the ``**kwargs`` PyG's layer passes to ``MessagePassing`` where their
-    values change nothing corgnn computes; raise :class:`UnsupportedOption` naming
-    any other value and ``TypeError`` for a name PyG's layer would not take either
-    (``fixed``: those PyG's layer sets itself, e.g. GATConv's ``node_dim``)."""
-    for name, value in kwargs.items():
-        if name in fixed:
-            raise TypeError(f"{layer}.__init__() got multiple values for keyword argument {name!r} (fixed by the layer, as in PyG)")
-        if name == "decomposed_layers":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{layer}: decomposed_layers must be an int >= 1, got {value!r}")
-        elif name in _MESSAGE_PASSING_NO_OPS:
-            if not any(type(value) is type(ok) and value == ok for ok in _MESSAGE_PASSING_NO_OPS[name]):
-                ok = " or ".join(repr(v) for v in _MESSAGE_PASSING_NO_OPS[name])
-                raise UnsupportedOption(f"{layer}: {name}={value!r} is not supported by corgnn (only {ok}); use torch_geometric.nn.{layer}")
-        else:
-            raise TypeError(f"{layer}.__init__() got an unexpected keyword argument {name!r}")
-
-
-_FLOWS = ("source_to_target", "target_to_source")
-
-
-def check_flow(layer: str, flow) -> None:
-    """``flow`` must be one of PyG's two directions (as PyG's ``MessagePassing`` asserts)."""
-    if not isinstance(flow, str) or flow not in _FLOWS:
-        raise ValueError(f"{layer}: flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
-
-
-def _check_value_grad(graph: Graph) -> None:
-    """Refuse (before any work) a sparse adjacency whose values require a gradient
-    that cannot reach them: never drop it silently."""
-    if getattr(graph, "value_grad_lost", False):
-        raise ValueError(
-            "the torch.sparse COO adjacency's values require grad but the tensor is not coalesced: the gradient "
-            "cannot reach its values in stored order; call .coalesce() on it (differentiable), or pass "
-            "edge_index and edge_weight"
-        )
-
-
-class _FlipCache:
+class _FlipCache(Uncopied):
     """``edge_index.flip(0)`` for ``flow="target_to_source"``, kept per tensor version
     (like :class:`corgnn.graph.GraphCache`) so the Graph built from it is reused."""
 
     def __init__(self):
         self._key = None
         self._flipped = None
-
-    def __reduce__(self):
-        return (type(self), ())
 
     def __call__(self, edge_index: torch.Tensor) -> torch.Tensor:
         key = tensor_state(edge_index)
@@ -280,7 +43,7 @@ class _FlipCache:
         return self._flipped
 
 
-class _PropagationCache:
+class _PropagationCache(Uncopied):
     """``A'X`` of a GCN layer's constant input features, kept across calls (issue 12,
     lever 1: with constant ``X`` the propagation is the same every epoch).
 
@@ -296,9 +59,6 @@ class _PropagationCache:
 
     def __init__(self):
         self.clear()
-
-    def __reduce__(self):
-        return (type(self), ())
 
     def clear(self) -> None:
         self._x = self._A = self._state = self.ax = None
@@ -326,73 +86,7 @@ class _PropagationCache:
         return 0 if self.ax is None else self.ax.numel() * self.ax.element_size()
 
 
-class _LayerInputs:
-    """Input handling shared by GCNConv and GATConv (graph conversion once per
-    ``edge_index``, feature validation once per tensor version, sparse features).
-
-    Needs ``self._graphs`` (GraphCache), ``self._features`` (_FeatureCheck),
-    ``self.in_channels`` and ``self.lin.weight`` (or another :meth:`_dtype_param`).
-    """
-
-    def _backward_will_run(self, x_grad: bool) -> bool:
-        """Whether this call records a backward pass: autograd on and ``x`` or a
-        parameter requires a gradient (the plans' ``training`` flag)."""
-        return torch.is_grad_enabled() and (x_grad or any(p.requires_grad for p in self.parameters()))
-
-    def sparse_features(self, x: torch.Tensor, num_nodes: int | None = None) -> "CSR | None":
-        """Validate ``x`` (once per tensor version) and return its cached CSR if it is
-        constant (no grad) and at most :data:`SPARSE_FEATURE_DENSITY` non-zero."""
-        return self._features(x, x.size(0) if num_nodes is None else num_nodes, self.in_channels)
-
-    def sparse_features_allowed(self) -> bool:
-        """Whether this layer can take sparse-only input features."""
-        return True
-
-    def _torch_sparse_features(self, x: torch.Tensor):
-        """A ``torch.sparse`` feature matrix as the layer uses it: the corgnn CSR of its
-        entries (the sparse-feature path), or ``x.to_dense()`` when ``x`` needs a
-        gradient (the sparse path passes none to ``x``) or the layer cannot take
-        sparse-only features (a forced GCN scheme other than transform-first+fused)."""
-        if x.requires_grad or not self.sparse_features_allowed():
-            return x.to_dense()
-        try:
-            return from_torch_sparse(x)
-        except ValueError as e:
-            raise ValueError(f"sparse x: {e}") from None
-
-    def _inputs(self, x, edge_index, edge_weight=None):
-        """``(graph, dense x or None, sparse x or None, dtype)``, validated before any work.
-
-        ``x`` is a dense ``(n, in_channels)`` float tensor, a corgnn sparse matrix or a
-        ``torch.sparse`` matrix (:meth:`_torch_sparse_features`).
-        """
-        if isinstance(x, torch.Tensor) and x.layout != torch.strided:
-            x = self._torch_sparse_features(x)
-        weight = self._dtype_param()  # (its rows: the columns of X Θ, the products that read x)
-        if isinstance(x, SparseFormat):
-            graph = self._graphs(edge_index, edge_weight, x.shape[0])
-            if x.shape != (graph.num_nodes, self.in_channels) or x.val is None or x.val.dim() != 1:
-                raise ValueError(f"sparse x must be ({graph.num_nodes}, {self.in_channels}) with values, got {x!r}")
-            check_float_dtype("x", x.val.dtype)
-            check_finite("x", x.val)
-            xs, dense, dtype, device = x, None, x.val.dtype, x.device
-        else:
-            graph = self._graphs(edge_index, edge_weight, x.size(0) if isinstance(x, torch.Tensor) and x.dim() == 2 else None)
-            width = weight.size(0) if weight is not None else self.in_channels
-            xs = self._features(x, graph.num_nodes, self.in_channels, width, self._backward_will_run(getattr(x, "requires_grad", False)))
-            dense, dtype, device = x, x.dtype, x.device
-        if device != graph.device:
-            raise ValueError(f"x is on {device} but edge_index is on {graph.device}")
-        if weight is not None and weight.dtype != dtype:
-            raise TypeError(f"x is {dtype} but the layer's parameters are {weight.dtype}; call .to({dtype}) on the module")
-        return graph, dense, xs, dtype
-
-    def _dtype_param(self) -> torch.Tensor | None:
-        """The parameter whose dtype the input features must have (None: any)."""
-        return self.lin.weight
-
-
-class GCNConv(_LayerInputs, nn.Module):
+class GCNConv(CorgnnConv):
     r"""Graph convolution ``X' = D^{-1/2}(A+I)D^{-1/2} X Θ + b`` with adaptive reordering
     and caching (paper §"Analysis of the GCN Computational Graph", Tables 1-2).
 
@@ -464,6 +158,8 @@ class GCNConv(_LayerInputs, nn.Module):
         NaN/Inf in ``x`` or ``edge_weight``.
     """
 
+    SUPPORTS_EXPLAIN = True
+
     def __init__(
         self,
         in_channels: int,
@@ -499,7 +195,7 @@ class GCNConv(_LayerInputs, nn.Module):
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self._graphs = GraphCache()
-        self._features = _FeatureCache()
+        self._features = FeatureCache()
         if cache_propagation not in ("auto", True, False):
             raise ValueError(f"cache_propagation must be 'auto', True or False, got {cache_propagation!r}")
         self.cache_propagation = cache_propagation
@@ -521,7 +217,7 @@ class GCNConv(_LayerInputs, nn.Module):
         fmt = self.format
         if fmt == "auto":  # I/O-model choice, on the SpMM width of transform-first
             fmt = choose_format(graph.unweighted().gcn_stats(**opts), min(self.in_channels, self.out_channels)).format
-        if self._values_need_grad(graph) and graph.loops == "remaining":
+        if self._custom_values(graph) and graph.loops == "remaining":
             return graph.gcn_pattern(dtype=dtype, add_self_loops=self.add_self_loops, format=fmt)[0]
         return graph.gcn_adjacency(**opts, format=fmt)
 
@@ -549,7 +245,7 @@ class GCNConv(_LayerInputs, nn.Module):
         ``x`` a dense tensor needing no gradient, the adjacency values constant."""
         return (
             getattr(self, "cache_propagation", "auto") is not False and isinstance(x, torch.Tensor) and not x.requires_grad
-            and not self._values_need_grad(graph)
+            and not self._custom_values(graph)
         )
 
     def propagation_cache_nbytes(self) -> int:
@@ -575,10 +271,10 @@ class GCNConv(_LayerInputs, nn.Module):
         if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.dim() > 2:
             return self._forward_batched(x, edge_index, edge_weight)
         graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
-        _check_value_grad(graph)
+        check_value_grad(graph)
         weight = self.lin.weight
         A = self.adjacency(graph, dtype)
-        plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
+        plan = self.plan(graph, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
         if plan.scheme.reuse:
             return GCNFunction.apply(self._propagation.get(dense, A), weight, self.bias, A, plan.scheme, None, None)
@@ -623,7 +319,7 @@ class GCNConv(_LayerInputs, nn.Module):
             return x.new_zeros(*batch, n, k) + (0 if self.bias is None else self.bias)
         x2 = x.reshape(B, n, m).permute(1, 0, 2).reshape(n, B * m)
         graph = self._graphs(edge_index, edge_weight, n)
-        _check_value_grad(graph)
+        check_value_grad(graph)
         check_features("x", x2, graph.num_nodes, B * m)  # (x2 is a new tensor every call: nothing to cache)
         if x.device != graph.device:
             raise ValueError(f"x is on {x.device} but edge_index is on {graph.device}")
@@ -641,21 +337,28 @@ class GCNConv(_LayerInputs, nn.Module):
         out = GCNFunction.apply(x2, weight, bias, A, plan.scheme, None, self._edge_values(graph, A))
         return out.reshape(n, B, k).permute(1, 0, 2).reshape(*batch, n, k)
 
-    @staticmethod
-    def _values_need_grad(graph: Graph) -> bool:
+    def _custom_values(self, graph: Graph) -> bool:
+        """Whether ``A'``'s values are computed per call (:meth:`_edge_values`): the
+        edge weights need a gradient (learnable weights, an explainer's mask passed
+        as ``edge_weight``), or PyG's explain machinery set an edge mask on the layer."""
         ew = graph.edge_weight
-        return ew is not None and ew.requires_grad and torch.is_grad_enabled()
+        return self._explain is True or (ew is not None and ew.requires_grad and torch.is_grad_enabled())
 
     def _edge_values(self, graph: Graph, A: SparseFormat) -> torch.Tensor | None:
-        """``A``'s values as a differentiable function of ``graph.edge_weight`` when
-        that needs a gradient (learnable edge weights, explainer masks), else None:
-        the cached ``A.val`` is used as a constant, at no extra cost."""
-        if not self._values_need_grad(graph):
+        """``A``'s values as a differentiable function of ``graph.edge_weight`` and of
+        PyG's explain edge mask (:meth:`explain_mask`: each edge's normalised weight
+        times its mask, self-loops times 1, as PyG's ``explain_message``) when
+        :meth:`_custom_values`, else None: the cached ``A.val`` is used as a
+        constant, at no extra cost."""
+        if not self._custom_values(graph):
             return None
+        mask = self.explain_mask(graph.edge_index, graph.num_nodes, loops=self.add_self_loops)
+        if mask is not None and graph.loops != "remaining":
+            raise UnsupportedOption(f"{type(self).__name__}: explaining a call with a sparse adjacency is not supported; pass edge_index")
         positions = graph.gcn_pattern(dtype=A.val.dtype, add_self_loops=self.add_self_loops, format=A.name)[1] if graph.loops == "remaining" else None
         return gcn_values(
             A, graph.edge_index, graph.edge_weight, improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize, loops=graph.loops,
-            positions=positions,
+            positions=positions, edge_mask=mask,
         )
 
     def _forward_compiled(self, x, edge_index, edge_weight):
@@ -664,7 +367,7 @@ class GCNConv(_LayerInputs, nn.Module):
         (validated and cached at run time, in CSR), the plan from the static sizes
         (:func:`corgnn.cost.gcn.static_scheme_name`), and ``x`` is used dense; no
         Python branch depends on tensor data."""
-        _check_compiled_x(x, self.in_channels, self.lin.weight.dtype)
+        check_compiled_x(x, self.in_channels, self.lin.weight.dtype)
         A = compiled_gcn_adjacency(
             edge_index, edge_weight, x.size(0), dtype=x.dtype,
             improved=self.improved, add_self_loops=self.add_self_loops, normalize=self.normalize,
@@ -708,7 +411,7 @@ class GCN(nn.Module):
             if isinstance(x, torch.Tensor) and x.layout != torch.strided:  # torch.sparse features
                 x = self.conv1._torch_sparse_features(x)
             # one Graph (and one A') shared by both layers
-            edge_index = self._graphs(edge_index, edge_weight, _num_rows(x))
+            edge_index = self._graphs(edge_index, edge_weight, num_rows(x))
             edge_weight = None
             if isinstance(x, SparseFormat):
                 xs = x

@@ -22,12 +22,13 @@ from torch import nn
 from torch_geometric.nn.dense.linear import Linear as PygLinear
 from torch_geometric.nn.inits import reset
 
+from .._cache import Uncopied
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
 from ..functional.gcn import GCNFunction
 from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .gcn import _FeatureCache, _LayerInputs, _SparseView, check_message_passing_kwargs
+from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs
 
 __all__ = ["GINConv"]
 
@@ -67,7 +68,21 @@ def _without(container: nn.Module, key: str):
         container._modules[key] = kept
 
 
-class GINConv(_LayerInputs, nn.Module):
+class _DiagonalMask(Uncopied):
+    """1 at the diagonal entries of a matrix, 0 elsewhere ``(nnz,)`` in its entry
+    order, kept for the last matrix seen (held weakly)."""
+
+    def __init__(self):
+        self._ref, self._mask = None, None
+
+    def __call__(self, A) -> torch.Tensor:
+        if self._ref is None or self._ref() is not A:
+            coo = A.to_coo()
+            self._ref, self._mask = weakref.ref(A), (coo.row == coo.col).to(A.val.dtype)
+        return self._mask
+
+
+class GINConv(CorgnnConv):
     r"""Graph isomorphism operator ``x'_i = nn((1 + eps) x_i + sum_{j -> i} x_j)``
     (Xu et al. 2019) with ``nn``'s first Linear planned as a GCN product (module
     docstring).
@@ -106,8 +121,8 @@ class GINConv(_LayerInputs, nn.Module):
             self.register_buffer("eps", torch.empty(1))
         self.scheme, self.format = scheme, format
         self._graphs = GraphCache()
-        self._features = _FeatureCache()
-        self._diag = (None, None)  # (weakref to the matrix, its diagonal-entry mask)
+        self._features = FeatureCache()
+        self._diag = _DiagonalMask()
         self.last_plan: GCNPlan | None = None
         self.reset_parameters()
 
@@ -134,12 +149,7 @@ class GINConv(_LayerInputs, nn.Module):
 
     def _values(self, A) -> torch.Tensor:
         """Values of ``A + (1 + eps) I`` in ``A``'s entry order (differentiable w.r.t. ``eps``)."""
-        ref, mask = self._diag
-        if ref is None or ref() is not A:
-            coo = A.to_coo()
-            mask = (coo.row == coo.col).to(A.val.dtype)
-            self._diag = (weakref.ref(A), mask)
-        return A.val + (1 + self.eps.to(A.val.dtype)) * mask
+        return A.val + (1 + self.eps.to(A.val.dtype)) * self._diag(A)
 
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan | None:
         """The scheme of ``(A + (1 + eps) I) x W^T + b`` (``W``, ``b``: ``nn``'s first
@@ -160,7 +170,6 @@ class GINConv(_LayerInputs, nn.Module):
     def forward(self, x, edge_index, size=None) -> torch.Tensor:
         """``x (n, in)``, ``edge_index (2, q)`` / Graph / sparse ``adj_t`` -> ``nn``'s output ``(n, out)``."""
         if size is not None:
-            from .gcn import UnsupportedOption
 
             raise UnsupportedOption(f"GINConv: size={size!r} (bipartite message passing) is not supported by corgnn")
         graph, dense, xs, dtype = self._inputs(x, edge_index)
@@ -171,7 +180,7 @@ class GINConv(_LayerInputs, nn.Module):
             self.last_plan = None
             return self.nn(spmm(A, dense, values=values))
         lin = _linear_at(self.nn, slot)
-        plan = self.plan(graph, dense if dense is not None else _SparseView(dtype), None if xs is None else xs.nnz)
+        plan = self.plan(graph, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
         h = GCNFunction.apply(dense, lin.weight, lin.bias, A, plan.scheme, xs, values)
         if slot[0] is None:  # nn is the Linear

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .aggregate import SAGEConv
-from .gcn import dropout
+from .base import dropout
 from .gin import GINConv
 from .propagate import APPNP, SGConv
 

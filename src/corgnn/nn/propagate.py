@@ -25,15 +25,16 @@ from torch_geometric.nn.dense.linear import Linear
 
 from ..cost.propagate import PROPAGATION_ORDERS, PropagationPlan, plan_propagation
 from ..functional.gcn import gcn_values
-from ..graph import Graph, GraphCache, tensor_state
+from .._cache import Uncopied, tensor_state
+from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .gcn import _check_value_grad, _FeatureCheck, _LayerInputs, check_message_passing_kwargs
+from .base import CorgnnConv, FeatureCheck, check_message_passing_kwargs, check_value_grad
 
 __all__ = ["SGConv", "APPNP"]
 
 
-class _Kept:
+class _Kept(Uncopied):
     """A result computed from one constant input on one propagation matrix, kept
     across calls (weak references: it never keeps the input or the graph alive).
     ``get(x, A, any_input=True)`` returns it whatever ``x`` is now (SGC's
@@ -43,20 +44,22 @@ class _Kept:
         self._key = None
         self._value = None
 
-    def __reduce__(self):
-        return (type(self), ())
-
     @property
     def value(self) -> torch.Tensor | None:
-        """The kept result (None: nothing kept)."""
-        return self._value
+        """The kept result (None: nothing kept). One kept under ``torch.inference_mode``
+        is copied to a normal tensor once when read outside it (autograd refuses
+        inference tensors)."""
+        v = self._value
+        if v is not None and v.is_inference() and not torch.is_inference_mode_enabled():
+            v = self._value = v.clone()
+        return v
 
     def get(self, x: torch.Tensor, A, any_input: bool = False) -> torch.Tensor | None:
         if self._key is None:
             return None
         ref_x, ref_a, state = self._key
         if any_input or (ref_x() is x and ref_a() is A and state == tensor_state(x)):
-            return self._value
+            return self.value
         return None
 
     def put(self, x: torch.Tensor, A, value: torch.Tensor) -> None:
@@ -67,7 +70,7 @@ class _Kept:
         self._key = self._value = None
 
 
-class _Propagation(_LayerInputs, nn.Module):
+class _Propagation(CorgnnConv):
     """Input handling and the propagation matrix shared by SGConv and APPNP."""
 
     def _setup(self, K: int, add_self_loops: bool, normalize: bool, scheme: str, format: str, kwargs: dict) -> None:
@@ -79,7 +82,7 @@ class _Propagation(_LayerInputs, nn.Module):
         self.K, self.add_self_loops, self.normalize = K, bool(add_self_loops), bool(normalize)
         self.scheme, self.format = scheme, format
         self._graphs = GraphCache()
-        self._features = _FeatureCheck()
+        self._features = FeatureCheck()
         self._kept = _Kept()
         self.last_plan: PropagationPlan | None = None
 
@@ -91,7 +94,7 @@ class _Propagation(_LayerInputs, nn.Module):
         graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
         if dense is None:
             dense = xs.to_dense()
-        _check_value_grad(graph)
+        check_value_grad(graph)
         opts = dict(add_self_loops=self.add_self_loops and self.normalize, normalize=self.normalize)  # (PyG: no loops without gcn_norm)
         A = graph.gcn_adjacency(dtype=dtype, **opts, format=self.format)
         values = None

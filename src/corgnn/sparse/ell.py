@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .formats import COO, CSR, SparseFormat, _check_values, _nbytes, _ptr_from_sorted
+from .formats import COO, CSR, SparseFormat, _check_values, _nbytes, ptr_from_sorted
 
 __all__ = ["ELL", "Hybrid", "hybrid_threshold", "HYBRID_PERCENTILE"]
 
@@ -230,7 +230,7 @@ class Hybrid(SparseFormat):
         row = csr.row()
         n = csr.shape[0]
         head_row = row.index_select(0, head_pos)
-        head = CSR(_ptr_from_sorted(head_row, n), csr.col.index_select(0, head_pos), None, csr.shape)
+        head = CSR(ptr_from_sorted(head_row, n), csr.col.index_select(0, head_pos), None, csr.shape)
         head._row = head_row
         tail = COO(row.index_select(0, tail_pos), csr.col.index_select(0, tail_pos), None, csr.shape, sorted=True)
         val = None if csr.val is None else csr.val.index_select(0, csr_pos)
@@ -270,7 +270,7 @@ class Hybrid(SparseFormat):
             order = self.csr_order()
             row = torch.cat([self.head.row(), self.tail.row]).index_select(0, order)
             col = torch.cat([self.head.col, self.tail.col]).index_select(0, order)
-            pat = self._plans["csr"] = CSR(_ptr_from_sorted(row, self.shape[0]), col, None, self.shape)
+            pat = self._plans["csr"] = CSR(ptr_from_sorted(row, self.shape[0]), col, None, self.shape)
             pat._row = row
         return pat
 

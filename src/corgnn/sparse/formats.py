@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["SparseFormat", "COO", "CSR", "CSC"]
+__all__ = ["SparseFormat", "COO", "CSR", "CSC", "ptr_from_sorted"]
 
 
 def _nbytes(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
-def _ptr_from_sorted(index: torch.Tensor, size: int) -> torch.Tensor:
+def ptr_from_sorted(index: torch.Tensor, size: int) -> torch.Tensor:
     """Compressed pointer (size+1,) int64 from a sorted index vector."""
     counts = torch.bincount(index, minlength=size) if index.numel() else torch.zeros(size, dtype=torch.long, device=index.device)
     ptr = torch.zeros(size + 1, dtype=torch.long, device=index.device)
@@ -104,7 +104,7 @@ class SparseFormat:
         row, col = (coo.col, coo.row) if transpose else (coo.row, coo.col)
         n, m = (self.shape[1], self.shape[0]) if transpose else self.shape
         perm = torch.argsort(row * max(m, 1) + col, stable=True)
-        return _ptr_from_sorted(row[perm], n), col[perm].contiguous(), perm
+        return ptr_from_sorted(row[perm], n), col[perm].contiguous(), perm
 
     def nbytes(self) -> int:
         """Bytes held by index and value arrays (lazy caches excluded)."""
@@ -180,7 +180,7 @@ class COO(SparseFormat):
 
     def _make_row_plan(self, transpose: bool):
         if self.sorted and not transpose:
-            return _ptr_from_sorted(self.row, self.shape[0]), self.col, None
+            return ptr_from_sorted(self.row, self.shape[0]), self.col, None
         return super()._make_row_plan(transpose)
 
     def to_csr(self, coalesce: bool = False) -> "CSR":
@@ -249,7 +249,7 @@ class CSR(SparseFormat):
                 perm = torch.argsort(key, stable=True)
                 row, col = row[perm], col[perm]
                 val = val[perm] if val is not None else None
-        csr = CSR(_ptr_from_sorted(row, n), col.contiguous(), None if val is None else val.contiguous(), (n, m))
+        csr = CSR(ptr_from_sorted(row, n), col.contiguous(), None if val is None else val.contiguous(), (n, m))
         csr._row = row.contiguous()
         return csr
 
@@ -299,7 +299,7 @@ class CSR(SparseFormat):
                 key = self.col * max(n, 1) + self.row()
                 perm = torch.argsort(key, stable=True)
                 row = self.row()[perm]
-                colptr = _ptr_from_sorted(self.col[perm], m)
+                colptr = ptr_from_sorted(self.col[perm], m)
             val = self.val[perm] if self.val is not None else None
             self._csc = CSC(colptr, row, val, self.shape, perm=perm)
         return self._csc

@@ -1,0 +1,354 @@
+"""Graphs that change every call: the shared graph store, the O(q) builds, mini-batches
+of small graphs, learnable edge weights, PyG's Explainer, inference_mode, clear_caches."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pickle
+
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import GCNConv as PygGCNConv
+from torch_geometric.nn import GINConv as PygGINConv
+from torch_geometric.nn import global_add_pool, global_mean_pool
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+import corgnn
+from corgnn.graph import GRAPHS, Graph, GraphCache, aggr_edge_weights, shared_graph
+from corgnn.nn import GCNConv, GINConv
+from corgnn.nn.base import UnsupportedOption
+from corgnn.sparse import build
+from corgnn.sparse.formats import CSR
+
+from conftest import make_graph
+
+F64 = torch.float64
+
+
+def random_edges(seed: int, n_max: int = 50, q_max: int = 200):
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, n_max, (), generator=g))
+    q = int(torch.randint(0, q_max, (), generator=g))
+    return torch.randint(0, n, (2, q), generator=g), n, g
+
+
+# ----------------------------------------------------------------------- builds
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("improved", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("loops,normalize", [(True, True), (True, False), (False, True), (False, False)])
+def test_adjacency_build_equals_gcn_norm_and_a_coalescing_sort(seed, improved, weighted, loops, normalize):
+    """The one-pass build is PyG's gcn_norm (+ remaining self-loops, duplicates summed)."""
+    ei, n, g = random_edges(seed)
+    ei = torch.cat([ei, torch.tensor([[0, 0], [0, 0]])], 1)  # a duplicated self-loop
+    ew = torch.rand(ei.size(1), generator=g, dtype=F64) if weighted else None
+    if normalize:
+        ref_ei, ref_w = gcn_norm(ei, ew, n, improved, loops, "source_to_target", F64)
+    else:
+        from torch_geometric.utils import add_remaining_self_loops
+
+        ref_ei, ref_w = (add_remaining_self_loops(ei, ew, 2.0 if improved else 1.0, n) if loops else (ei, ew))
+        ref_w = torch.ones(ref_ei.size(1), dtype=F64) if ref_w is None else ref_w
+    ref = CSR.from_coo(ref_ei[1], ref_ei[0], ref_w, (n, n), coalesce=True)
+    ptr, col, val, entry = build.adjacency_csr(
+        ei, ew, n, dtype=F64, loops=build.LOOPS_REMAINING if loops else build.LOOPS_KEEP, fill=2.0 if improved else 1.0,
+        norm=build.NORM_SYMMETRIC if normalize else build.NORM_NONE,
+    )
+    assert torch.equal(ptr, ref.rowptr) and torch.equal(col, ref.col)
+    torch.testing.assert_close(val, ref.val, rtol=1e-12, atol=1e-12)
+    # every edge's entry is its (target, source); dropped self-loops are -1
+    q = ei.size(1)
+    kept = ei[0] != ei[1] if loops else torch.ones(q, dtype=torch.bool)
+    assert torch.equal(col[entry[:q][kept]], ei[0][kept])
+    assert torch.equal(torch.searchsorted(ptr, entry[:q][kept], right=True) - 1, ei[1][kept])
+    assert (entry[:q][~kept] == -1).all()
+    if loops:  # node v's loop entry is at (v, v)
+        assert torch.equal(col[entry[q:]], torch.arange(n))
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("aggr", ["sum", "mean"])
+@pytest.mark.parametrize("diagonal", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_aggregation_build_equals_the_reference(seed, aggr, diagonal, weighted):
+    ei, n, g = random_edges(seed)
+    ew = torch.rand(ei.size(1), generator=g, dtype=F64) if weighted else None
+    w = aggr_edge_weights(ei, ew, n, aggr, F64)
+    ref_ei = ei
+    if diagonal:
+        loops = torch.arange(n)
+        ref_ei, w = torch.cat([ei, torch.stack([loops, loops])], 1), torch.cat([w, w.new_zeros(n)])
+    ref = CSR.from_coo(ref_ei[1], ref_ei[0], w, (n, n), coalesce=True)
+    ptr, col, val, _ = build.adjacency_csr(
+        ei, ew, n, dtype=F64, loops=build.LOOPS_DIAGONAL if diagonal else build.LOOPS_KEEP, fill=0.0,
+        norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
+    )
+    assert torch.equal(ptr, ref.rowptr) and torch.equal(col, ref.col)
+    torch.testing.assert_close(val, ref.val, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("coalesce", [False, True])
+def test_coo_to_csr_and_csc_by_counting_sort_equal_sorting(seed, coalesce):
+    ei, n, g = random_edges(seed, q_max=400)  # (duplicates likely)
+    m = n + 3
+    row, col = ei[1], ei[0]
+    val = torch.rand(row.numel(), generator=g, dtype=F64)
+    key = row * m + col
+    if coalesce:
+        ukey, inv = torch.unique(key, return_inverse=True)
+        ref_val = torch.zeros(ukey.numel(), dtype=F64).index_add_(0, inv, val)
+        ref_row, ref_col = ukey // m, ukey % m
+    else:
+        perm = torch.argsort(key, stable=True)
+        ref_row, ref_col, ref_val = row[perm], col[perm], val[perm]
+    ptr, c, v, entry = build.coo_to_csr(row, col, val, n, coalesce=coalesce)
+    assert torch.equal(ptr, torch.searchsorted(ref_row, torch.arange(n + 1)))
+    assert torch.equal(c, ref_col)
+    torch.testing.assert_close(v, ref_val, rtol=1e-12, atol=1e-12)
+    assert torch.equal(c[entry], col)  # every input entry lands on its column
+    # CSC dual: column-major with rows ascending, perm back to CSR order
+    A = CSR(ptr, c, v, (n, m))
+    colptr, r, perm = build.csr_to_csc(ptr, c, m)
+    order = torch.argsort(c * max(n, 1) + A.row(), stable=True)
+    assert torch.equal(perm, order) and torch.equal(r, A.row()[order])
+    assert torch.equal(colptr, torch.searchsorted(c[order], torch.arange(m + 1)))
+
+
+# ------------------------------------------------------------- the shared store
+
+
+def test_every_layer_shares_one_graph_per_edge_index():
+    ei, n = make_graph()
+    a, b = GraphCache(), GraphCache()
+    g = a(ei, None, n)
+    assert b(ei, None, n) is g  # another layer (or model): the same Graph
+    assert b(ei.clone(), None, n) is not g  # a new tensor: a new Graph
+    ew = torch.rand(ei.size(1))
+    gw = a(ei, ew, n)
+    assert gw is not g and gw.unweighted() is g  # weights share the unweighted patterns
+    ei.add_(0)  # an in-place op: a new key
+    assert a(ei, None, n) is not g
+
+
+def test_the_store_drops_a_graph_with_its_edge_index():
+    GRAPHS.clear()
+    ei, n = make_graph(seed=3)
+    shared_graph(ei, None, n)
+    assert len(GRAPHS) == 1
+    del ei
+    gc.collect()
+    assert len(GRAPHS) == 0  # keyed weakly: the Graph does not keep edge_index alive
+
+
+def test_the_store_is_bounded():
+    GRAPHS.clear()
+    tensors = [make_graph(seed=s)[0] for s in range(GRAPHS.capacity + 5)]
+    for t in tensors:
+        shared_graph(t, None, 40)
+    assert len(GRAPHS) == GRAPHS.capacity
+
+
+def test_a_graph_refuses_an_edge_index_edited_in_place_after_construction():
+    ei, n = make_graph()
+    g = Graph(ei, num_nodes=n)
+    ei[0, 0] = -2
+    with pytest.raises(ValueError, match="edge_index was modified in place"):
+        g.gcn_adjacency()
+    ei2, n = make_graph()
+    g2 = Graph(ei2, num_nodes=n)
+    A = g2.gcn_adjacency()
+    ei2[0, 0] = 1000  # already built: the Graph keeps answering for the graph it validated
+    assert g2.gcn_adjacency() is A
+
+
+# ------------------------------------------------------ mini-batches vs PyG
+
+
+def small_graph_batch(num_graphs: int, seed: int, m: int = 8) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for _ in range(num_graphs):
+        n = int(torch.randint(3, 12, (), generator=g))
+        ei = torch.randint(0, n, (2, 2 * n), generator=g)
+        graphs.append(Data(x=torch.randn(n, m, generator=g, dtype=F64), edge_index=torch.cat([ei, ei.flip(0)], 1)))
+    return Batch.from_data_list(graphs)
+
+
+class GCNPool(torch.nn.Module):
+    def __init__(self, m=8, h=6):
+        super().__init__()
+        self.convs = torch.nn.ModuleList([PygGCNConv(m, h), PygGCNConv(h, h), PygGCNConv(h, h)])
+        self.lin = torch.nn.Linear(h, 2)
+
+    def forward(self, x, edge_index, batch):
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+        return self.lin(global_mean_pool(x, batch))
+
+
+class GINPool(torch.nn.Module):
+    def __init__(self, m=8, h=6):
+        super().__init__()
+        mlp = lambda i: torch.nn.Sequential(torch.nn.Linear(i, h), torch.nn.ReLU(), torch.nn.Linear(h, h))  # noqa: E731
+        self.convs = torch.nn.ModuleList([PygGINConv(mlp(m), train_eps=True), PygGINConv(mlp(h))])
+        self.lin = torch.nn.Linear(h, 2)
+
+    def forward(self, x, edge_index, batch):
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+        return self.lin(global_add_pool(x, batch))
+
+
+@pytest.mark.parametrize("model_cls", [GCNPool, GINPool])
+def test_minibatches_of_small_graphs_match_pyg_every_batch(model_cls):
+    torch.manual_seed(0)
+    ref = model_cls().double()
+    ours = corgnn.optimize(copy.deepcopy(ref))
+    assert not any(isinstance(m, (PygGCNConv, PygGINConv)) for m in ours.modules())
+    for step in range(3):  # a new graph (a new edge_index tensor) every call
+        b = small_graph_batch(5, seed=step)
+        outs = []
+        for model in (ref, ours):
+            model.zero_grad()
+            x = b.x.clone().requires_grad_()
+            out = model(x, b.edge_index, b.batch)
+            out.square().sum().backward()
+            outs.append((out, x.grad, [p.grad for p in model.parameters()]))
+        torch.testing.assert_close(outs[1][0], outs[0][0])
+        torch.testing.assert_close(outs[1][1], outs[0][1])
+        for g1, g0 in zip(outs[1][2], outs[0][2]):
+            torch.testing.assert_close(g1, g0)
+
+
+# --------------------------------------------------- explain masks, edge weights
+
+
+def test_pyg_explainer_on_an_optimized_gcn_gives_pyg_masks():
+    from torch_geometric.explain import Explainer, GNNExplainer
+
+    ei, n = make_graph(n=30, q=90)
+    x = torch.randn(n, 6, generator=torch.Generator().manual_seed(1))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = PygGCNConv(6, 8), PygGCNConv(8, 3)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index).log_softmax(-1)
+
+    torch.manual_seed(0)
+    ref = Net().eval()
+    ours = corgnn.optimize(copy.deepcopy(ref)).eval()
+    masks = []
+    for model in (ref, ours):
+        torch.manual_seed(5)
+        explainer = Explainer(
+            model, algorithm=GNNExplainer(epochs=20), explanation_type="model", node_mask_type="attributes",
+            edge_mask_type="object", model_config=dict(mode="multiclass_classification", task_level="node", return_type="log_probs"),
+        )
+        masks.append(explainer(x, ei, index=3))
+    assert (masks[0].edge_mask > 0).sum() > 0
+    torch.testing.assert_close(masks[1].edge_mask, masks[0].edge_mask, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(masks[1].node_mask, masks[0].node_mask, rtol=1e-4, atol=1e-5)
+    assert all(m._explain is not True for m in ours.modules() if isinstance(m, GCNConv))  # cleared afterwards
+
+
+def test_a_layer_that_cannot_apply_explain_masks_refuses_them():
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    ei, n = make_graph()
+    layer = GINConv(torch.nn.Linear(4, 3))
+    with pytest.raises(UnsupportedOption, match="explain edge masks"):
+        set_masks(layer, torch.nn.Parameter(torch.randn(ei.size(1))), ei)
+    clear_masks(layer)
+    assert layer.explain is not True
+    layer(torch.randn(n, 4), ei)
+
+
+def test_explain_mask_on_gcn_equals_pyg_message_masking():
+    from torch_geometric.explain.algorithm.utils import set_masks
+
+    ei, n = make_graph()
+    torch.manual_seed(0)
+    ref = PygGCNConv(4, 3).double()
+    ours = corgnn.optimize(torch.nn.ModuleList([copy.deepcopy(ref)]))[0]
+    x = torch.randn(n, 4, dtype=F64)
+    grads = []
+    for layer in (ref, ours):
+        mask = torch.nn.Parameter(torch.randn(ei.size(1), dtype=F64))
+        with torch.no_grad():
+            mask.copy_(torch.linspace(-2, 2, ei.size(1), dtype=F64))
+        set_masks(layer, mask, ei, apply_sigmoid=True)
+        out = layer(x, ei)
+        out.square().sum().backward()
+        grads.append((out, mask.grad))
+    torch.testing.assert_close(grads[1][0], grads[0][0])
+    torch.testing.assert_close(grads[1][1], grads[0][1])
+
+
+def test_changing_learnable_edge_weights_reuse_one_pattern():
+    ei, n = make_graph()
+    layer = GCNConv(4, 3).double()
+    x = torch.randn(n, 4, dtype=F64)
+    mats = set()
+    for step in range(3):
+        w = torch.rand(ei.size(1), dtype=F64, requires_grad=True)
+        layer(x, ei, w.sigmoid()).sum().backward()
+        mats.add(id(layer.adjacency(shared_graph(ei, None, n), F64)))
+        assert w.grad is not None and w.grad.abs().sum() > 0
+    assert len(mats) == 1
+
+
+# --------------------------------------------------- inference_mode, clear_caches
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.ModuleList([PygGCNConv(8, 4)]),
+    lambda: torch.nn.ModuleList([PygGINConv(torch.nn.Linear(8, 4))]),
+])
+def test_inference_mode_then_training_on_the_same_tensors(make):
+    """Lightning validates under inference_mode and then trains on the same graph."""
+    torch.manual_seed(0)
+    ref = make()
+    ours = corgnn.optimize(copy.deepcopy(ref))
+    ei, n = make_graph()
+    x = torch.randn(n, 8)
+    with torch.inference_mode():
+        xi, ei_i = torch.randn(n, 8), ei.clone()  # inference tensors
+        torch.testing.assert_close(ours[0](xi, ei_i), ref[0](xi, ei_i))
+        torch.testing.assert_close(ours[0](x, ei), ref[0](x, ei))
+    out = ours[0](x, ei)
+    out.sum().backward()
+    torch.testing.assert_close(out, ref[0](x, ei))
+
+
+def test_clear_caches_drops_the_store_and_the_layers_caches():
+    ei, n = make_graph()
+    layer = GCNConv(4, 3)
+    x = torch.randn(n, 4)
+    layer(x, ei)
+    assert len(GRAPHS) > 0 and layer._features.newest is not None or layer._features._slots
+    ei.data[0, 0] = 7  # bypasses the version counter: not seen by the keys
+    corgnn.clear_caches(layer)
+    assert len(GRAPHS) == 0 and not layer._features._slots
+    fresh = GCNConv(4, 3)
+    fresh.load_state_dict(layer.state_dict())
+    corgnn.clear_caches()
+    torch.testing.assert_close(layer(x, ei), fresh(x, ei.clone()))
+    with pytest.raises(TypeError, match="model"):
+        corgnn.clear_caches("model")
+
+
+def test_gin_pickles_after_a_forward():
+    ei, n = make_graph()
+    layer = GINConv(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+    layer(torch.randn(n, 4), ei)
+    copy_ = pickle.loads(pickle.dumps(layer))
+    x = torch.randn(n, 4)
+    torch.testing.assert_close(copy_(x, ei), layer(x, ei))
