@@ -352,3 +352,38 @@ def test_gin_pickles_after_a_forward():
     copy_ = pickle.loads(pickle.dumps(layer))
     x = torch.randn(n, 4)
     torch.testing.assert_close(copy_(x, ei), layer(x, ei))
+
+
+# ------------------------------------------------- weighted torch.sparse adj_t
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("make", [
+    lambda: __import__("torch_geometric.nn", fromlist=["SAGEConv"]).SAGEConv(4, 3),
+    lambda: __import__("torch_geometric.nn", fromlist=["SAGEConv"]).SAGEConv(4, 3, aggr="sum"),
+    lambda: PygGINConv(torch.nn.Linear(4, 3)),
+], ids=["sage-mean", "sage-sum", "gin"])
+def test_aggregation_layers_weigh_a_torch_sparse_adjacency_as_pyg(layout, make):
+    """PyG's SAGEConv/GINConv multiply messages by a torch.sparse adj_t's stored values."""
+    ei, n = make_graph()
+    g = torch.Generator().manual_seed(2)
+    w = torch.rand(ei.size(1), generator=g, dtype=F64) + 0.5
+    adj = torch.sparse_coo_tensor(ei.flip(0), w, (n, n)).coalesce()
+    adj = adj.to_sparse_csr() if layout == "csr" else adj
+    torch.manual_seed(0)
+    ref = make().double()
+    ours = corgnn.optimize(torch.nn.ModuleList([copy.deepcopy(ref)]))[0]
+    x = torch.randn(n, 4, dtype=F64, generator=g)
+    unweighted = ref(x, torch.sparse_coo_tensor(ei.flip(0), torch.ones_like(w), (n, n)).coalesce())
+    want = ref(x, adj)
+    assert not torch.allclose(want, unweighted)  # (the values matter)
+    torch.testing.assert_close(ours(x, adj), want)
+
+
+def test_optimize_leaves_an_appnp_with_dropout_one_to_pyg():
+    from torch_geometric.nn import APPNP as PygAPPNP
+
+    model = torch.nn.ModuleList([PygAPPNP(K=2, alpha=0.1, dropout=1.0)])
+    with pytest.warns(UserWarning, match="dropout=1.0"):
+        out = corgnn.optimize(model)
+    assert isinstance(out[0], PygAPPNP)

@@ -186,6 +186,8 @@ def _layer_unsupported(layer) -> list[str]:
     if getattr(layer, "_cached_x", None) is not None:
         unsupported.append("cached=True with S^K X already computed")
     unsupported += [f"{n}.bias" for n in no_bias if getattr(getattr(layer, n, None), "bias", None) is not None]
+    if type(layer).__name__ == "APPNP" and not 0.0 <= float(layer.dropout) < 1.0:
+        unsupported.append(f"dropout={layer.dropout!r} (corgnn's APPNP takes [0, 1))")
     return unsupported + _not_parameters(_linear_params(layer, lins))
 
 

@@ -20,7 +20,7 @@ from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
 from ..functional.gcn import GCNFunction, _transform, entry_values
 from ..graph import AGGREGATIONS, Graph, GraphCache, aggr_edge_weights
 from ..sparse.registry import check_format_name
-from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, check_value_grad
+from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, check_value_grad, sparse_values_weigh
 
 __all__ = ["SAGEConv", "GraphConv"]
 
@@ -58,7 +58,12 @@ class _AggregateLinear(CorgnnConv):
 
     def adjacency(self, graph: Graph, dtype: torch.dtype):
         """The aggregation matrix ``A (n, n)`` of this layer on ``graph``, cached on it."""
-        return graph.aggr_adjacency(self.aggr, dtype=dtype, weighted=self._weighted, format=self.format)
+        return graph.aggr_adjacency(self.aggr, dtype=dtype, weighted=self._weighs(graph), format=self.format)
+
+    def _weighs(self, graph: Graph) -> bool:
+        """Whether the edge weights scale the messages: always for GraphConv; for
+        SAGEConv when the graph is a weighted ``torch.sparse`` adjacency, as PyG."""
+        return self._weighted or sparse_values_weigh(graph)
 
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan:
         """The scheme of the aggregated term ``A x Θ_agg + b`` for ``x`` (the aggregated
@@ -78,7 +83,7 @@ class _AggregateLinear(CorgnnConv):
 
     def _forward(self, x, edge_index, edge_weight=None) -> torch.Tensor:
         graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
-        if self._weighted:
+        if self._weighs(graph):
             check_value_grad(graph)
         src, src_sparse = dense, xs
         proj = getattr(self, "lin", None) if getattr(self, "project", False) else None
@@ -98,7 +103,7 @@ class _AggregateLinear(CorgnnConv):
         """``A``'s values as a differentiable function of the graph's edge weights when
         those need a gradient (else None: the cached ``A.val`` is a constant)."""
         ew = graph.edge_weight
-        if not self._weighted or ew is None or not ew.requires_grad or not torch.is_grad_enabled():
+        if not self._weighs(graph) or ew is None or not ew.requires_grad or not torch.is_grad_enabled():
             return None
         w = aggr_edge_weights(graph.edge_index, ew, graph.num_nodes, "sum" if self.aggr == "add" else self.aggr, A.val.dtype)
         return entry_values(A, graph.edge_index, w)

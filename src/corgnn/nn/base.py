@@ -26,7 +26,7 @@ from ..sparse.torch_sparse import from_torch_sparse
 __all__ = [
     "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr",
     "SparseView", "num_rows", "check_compiled_x", "UnsupportedOption", "check_message_passing_kwargs", "check_flow",
-    "check_value_grad",
+    "check_value_grad", "sparse_values_weigh",
 ]
 
 
@@ -252,6 +252,14 @@ def check_flow(layer: str, flow) -> None:
     """``flow`` must be one of PyG's two directions (as PyG's ``MessagePassing`` asserts)."""
     if not isinstance(flow, str) or flow not in _FLOWS:
         raise ValueError(f"{layer}: flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+
+
+def sparse_values_weigh(graph: Graph) -> bool:
+    """Whether ``graph`` came as a ``torch.sparse`` adjacency, whose stored values PyG's
+    aggregation layers (``SAGEConv``, ``GINConv``) multiply their messages by (their
+    ``message_and_aggregate`` runs ``spmm(adj_t, x)``; a ``SparseTensor``'s values are
+    dropped there, an ``edge_index`` has none)."""
+    return graph.sparse_input is not None and graph.sparse_input[0] == "torch" and graph.edge_weight is not None
 
 
 def check_value_grad(graph: Graph) -> None:

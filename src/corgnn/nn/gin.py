@@ -28,7 +28,7 @@ from ..functional.gcn import GCNFunction
 from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs
+from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, sparse_values_weigh
 
 __all__ = ["GINConv"]
 
@@ -144,8 +144,9 @@ class GINConv(CorgnnConv):
 
     def adjacency(self, graph: Graph, dtype: torch.dtype):
         """The pattern of ``A + I`` with ``A``'s values (0 on a diagonal without a
-        self-loop), cached on ``graph``."""
-        return graph.aggr_adjacency("sum", dtype=dtype, weighted=False, diagonal=True, format=self.format)
+        self-loop), cached on ``graph``; ``A`` holds the stored values of a
+        ``torch.sparse`` adjacency (as PyG's ``spmm(adj_t, x)``), else ones."""
+        return graph.aggr_adjacency("sum", dtype=dtype, weighted=sparse_values_weigh(graph), diagonal=True, format=self.format)
 
     def _values(self, A) -> torch.Tensor:
         """Values of ``A + (1 + eps) I`` in ``A``'s entry order (differentiable w.r.t. ``eps``)."""
@@ -170,9 +171,14 @@ class GINConv(CorgnnConv):
     def forward(self, x, edge_index, size=None) -> torch.Tensor:
         """``x (n, in)``, ``edge_index (2, q)`` / Graph / sparse ``adj_t`` -> ``nn``'s output ``(n, out)``."""
         if size is not None:
-
             raise UnsupportedOption(f"GINConv: size={size!r} (bipartite message passing) is not supported by corgnn")
         graph, dense, xs, dtype = self._inputs(x, edge_index)
+        ew = graph.edge_weight
+        if sparse_values_weigh(graph) and ew.requires_grad and torch.is_grad_enabled():
+            raise UnsupportedOption(
+                "GINConv: the values of the torch.sparse adjacency require a gradient, which corgnn's GINConv does not "
+                "propagate to them; use torch_geometric.nn.GINConv, or detach the adjacency's values"
+            )
         A = self.adjacency(graph, dtype)
         values = self._values(A)
         slot = first_linear(self.nn)
