@@ -438,9 +438,16 @@ class Graph:
         key = ("gat", add_self_loops)
         csr = self._cache.get(key)
         if csr is None:
-            ei, _ = self.gat_edges(add_self_loops=add_self_loops)
             n = self.num_nodes
-            csr = CSR.from_coo(ei[1], ei[0], None, (n, n), coalesce=False)
+            if self.loops == "remaining" and build.supported(self.device, None):
+                ptr, col, _, entry = build.adjacency_csr(
+                    self._edges(), None, n, dtype=torch.float32, loops=build.LOOPS_REPLACE if add_self_loops else build.LOOPS_KEEP, coalesce=False,
+                )
+                csr = CSR(ptr, col, None, (n, n))
+                self._cache[("gat-entry", add_self_loops)] = entry
+            else:
+                ei, _ = self.gat_edges(add_self_loops=add_self_loops)
+                csr = CSR.from_coo(ei[1], ei[0], None, (n, n), coalesce=False)
             self._cache[key] = csr
         return self._format(key, csr, format)
 
@@ -456,7 +463,16 @@ class Graph:
         if out is None:
             n = self.num_nodes
             ei = gat_edges(self._edges(), n, n, n if add_self_loops else None, self.loops)
-            perm = torch.argsort(ei[1] * max(n, 1) + ei[0], stable=True)  # CSR.from_coo's order
+            if self.loops == "remaining" and build.supported(self.device, None):
+                self.gat_adjacency(add_self_loops=add_self_loops)  # (records each edge's entry)
+            entry = self._cache.get(("gat-entry", add_self_loops))
+            if entry is None:
+                perm = torch.argsort(ei[1] * max(n, 1) + ei[0], stable=True)  # CSR.from_coo's order
+            else:  # the CSR position of each of PyG's edges (kept edges in order, then the loops), inverted
+                q = self.num_edges
+                at = torch.cat([entry[:q][self.edge_index[0] != self.edge_index[1]], entry[q:]]) if add_self_loops else entry
+                perm = torch.empty_like(at)
+                perm[at] = torch.arange(at.numel())
             out = self._cache[key] = (ei, perm)
         return out
 
