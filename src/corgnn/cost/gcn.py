@@ -37,6 +37,7 @@ backward *instead of* ``X (n, m)``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -300,6 +301,21 @@ def plan_gcn(
     Raises:
         ValueError: negative sizes or an unknown scheme name.
     """
+    args = (n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory)
+    try:
+        return _plan_gcn_memo(*args)
+    except TypeError:  # (an unhashable argument, e.g. a list of candidates: plan without the memo)
+        return _plan_gcn(*args)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_gcn_memo(*args) -> GCNPlan:
+    """:func:`_plan_gcn`, memoised: a plan is a pure function of its (hashable, frozen)
+    arguments, and a training loop asks for the same one every step (~35 us each)."""
+    return _plan_gcn(*args)
+
+
+def _plan_gcn(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory) -> GCNPlan:
     for name, v in (("n", n), ("q", q), ("m", m), ("k", k)):
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
