@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .gcn import MachineModel, _gemm_cost, _spmm_cost
+from .gcn import MachineModel, gemm_cost, spmm_cost
 
 __all__ = ["ConversionPlan", "plan_feature_conversion"]
 
@@ -79,8 +79,8 @@ def plan_feature_conversion(
     mm = machine
     passes = 2 if training else 1  # X Θ, and X^T P in backward
     t = lambda fb: fb[0] / mm.flop_rate + fb[1] / mm.bandwidth  # noqa: E731
-    dense_s = passes * t(_gemm_cost(n, m, k, mm))
-    sparse_s = t(_spmm_cost(nnz, n, m, k, mm)) + (t(_spmm_cost(nnz, m, n, k, mm)) if training else 0.0)
+    dense_s = passes * t(gemm_cost(n, m, k, mm))
+    sparse_s = t(spmm_cost(nnz, n, m, k, mm)) + (t(spmm_cost(nnz, m, n, k, mm)) if training else 0.0)
     conversion_bytes = 2 * n * m * mm.value_bytes + nnz * (mm.index_bytes + mm.value_bytes) + (n + 1) * mm.index_bytes
     if training and nnz > 1:  # the transposed plan of X^T P: a sort, ~log2(nnz) passes over keys and permutation
         conversion_bytes += math.ceil(math.log2(nnz)) * nnz * 2 * mm.index_bytes

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["GCNScheme", "GCN_SCHEMES", "REUSE_SCHEME", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel", "static_scheme_name", "REPRESENTATIVE_DEGREE"]
+__all__ = ["GCNScheme", "GCN_SCHEMES", "REUSE_SCHEME", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel", "static_scheme_name", "REPRESENTATIVE_DEGREE",
+           "spmm_cost", "gemm_cost", "format_number"]
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ class GCNPlan:
         """Human-readable table of every scheme's cost and the choice."""
         rows = [c.row() for c in self.costs]
         head = list(rows[0])
-        widths = [max(len(h), *(len(_fmt(r[h])) for r in rows)) for h in head]
+        widths = [max(len(h), *(len(format_number(r[h])) for r in rows)) for h in head]
         lines = [
             f"GCN layer n={self.n} q={self.q} m={self.m} k={self.k} "
             f"input grad={'yes' if self.input_grad else 'no'}{'' if self.training else ' (inference)'}"
@@ -173,23 +174,25 @@ class GCNPlan:
         ]
         for c, r in zip(self.costs, rows):
             mark = "  <==" if c.scheme == self.scheme else ""
-            lines.append("  ".join(_fmt(r[h]).ljust(w) for h, w in zip(head, widths)) + mark)
+            lines.append("  ".join(format_number(r[h]).ljust(w) for h, w in zip(head, widths)) + mark)
         lines.append(f"choice: {self.scheme.name} ({self.reason})")
         return "\n".join(lines)
 
 
-def _fmt(v) -> str:
+def format_number(v) -> str:
+    """``v`` for a cost table: floats to 4 significant digits, the rest as ``str``."""
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _spmm_cost(q: int, n_out: int, n_in: int, cols: int, mm: MachineModel) -> tuple[int, int]:
+def spmm_cost(q: int, n_out: int, n_in: int, cols: int, mm: MachineModel) -> tuple[int, int]:
     """(flops, bytes) of one SpMM: CSR arrays, gathered operand and output (paper Table 6)."""
     flops = 2 * q * cols
     nbytes = q * (mm.index_bytes + mm.value_bytes) + (n_out + 1) * mm.index_bytes + (n_in + n_out) * cols * mm.value_bytes
     return flops, nbytes
 
 
-def _gemm_cost(a: int, b: int, c: int, mm: MachineModel) -> tuple[int, int]:
+def gemm_cost(a: int, b: int, c: int, mm: MachineModel) -> tuple[int, int]:
+    """(flops, bytes) of one dense ``(a, b) x (b, c)`` product (paper Table 6)."""
     return 2 * a * b * c, (a * b + b * c + a * c) * mm.value_bytes
 
 
@@ -209,16 +212,16 @@ def scheme_cost(
 
     def spmm(cols):
         spmm_cols.append(cols)
-        ops.append(("spmm", _spmm_cost(q, n, n, cols, mm)))
+        ops.append(("spmm", spmm_cost(q, n, n, cols, mm)))
 
-    gemm = lambda a, b, c: ops.append(("gemm", _gemm_cost(a, b, c, mm)))  # noqa: E731
+    gemm = lambda a, b, c: ops.append(("gemm", gemm_cost(a, b, c, mm)))  # noqa: E731
 
     # forward
     def x_theta():  # X Θ, or the forward SpMM over sparse X's non-zeros
-        ops.append(("gemm", _gemm_cost(n, m, k, mm)) if x_nnz is None else ("spmm", _spmm_cost(x_nnz, n, m, k, mm)))
+        ops.append(("gemm", gemm_cost(n, m, k, mm)) if x_nnz is None else ("spmm", spmm_cost(x_nnz, n, m, k, mm)))
 
     def xt_p():  # X^T P, or the transposed SpMM over sparse X's non-zeros
-        ops.append(("gemm", _gemm_cost(m, n, k, mm)) if x_nnz is None else ("spmm", _spmm_cost(x_nnz, m, n, k, mm)))
+        ops.append(("gemm", gemm_cost(m, n, k, mm)) if x_nnz is None else ("spmm", spmm_cost(x_nnz, m, n, k, mm)))
 
     if s.reuse and input_grad:
         raise ValueError("reusing A'X across calls needs a constant X (input_grad=False)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .gcn import MachineModel, _fmt, _gemm_cost, _spmm_cost
+from .gcn import MachineModel, format_number, gemm_cost, spmm_cost
 
 __all__ = ["PROPAGATION_ORDERS", "OrderCost", "PropagationPlan", "plan_propagation"]
 
@@ -70,14 +70,14 @@ class PropagationPlan:
         """Human-readable table of the candidates and the choice."""
         rows = [c.row() for c in self.costs]
         head = list(rows[0])
-        widths = [max(len(h), *(len(_fmt(r[h])) for r in rows)) for h in head]
+        widths = [max(len(h), *(len(format_number(r[h])) for r in rows)) for h in head]
         lines = [
             f"{self.layer} n={self.n} q={self.q} m={self.m}" + (f" k={self.k}" if self.k is not None else "")
             + f" K={self.K} input grad={'yes' if self.input_grad else 'no'}{'' if self.training else ' (inference)'}",
             "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  choice",
         ]
         for c, r in zip(self.costs, rows):
-            lines.append("  ".join(_fmt(r[h]).ljust(w) for h, w in zip(head, widths)) + ("  <==" if c.order == self.order else ""))
+            lines.append("  ".join(format_number(r[h]).ljust(w) for h, w in zip(head, widths)) + ("  <==" if c.order == self.order else ""))
         lines.append(f"choice: {self.name} ({self.reason})")
         return "\n".join(lines)
 
@@ -87,25 +87,25 @@ def _order_cost(order: str, n, q, m, k, K, input_grad, training, cache_hit, mm: 
 
     def spmm(c, times=K):
         cols.extend([c] * times)
-        ops.extend([_spmm_cost(q, n, n, c, mm)] * times)
+        ops.extend([spmm_cost(q, n, n, c, mm)] * times)
 
     if order == "transform-first":
-        ops.append(_gemm_cost(n, m, k, mm))
+        ops.append(gemm_cost(n, m, k, mm))
         spmm(k)
         if training:
             spmm(k)  # (S^T)^K G
-            ops.append(_gemm_cost(m, n, k, mm))  # dΘ = X^T (S^T)^K G
+            ops.append(gemm_cost(m, n, k, mm))  # dΘ = X^T (S^T)^K G
             if input_grad:
-                ops.append(_gemm_cost(n, k, m, mm))
+                ops.append(gemm_cost(n, k, m, mm))
     else:
         if not cache_hit:
             spmm(m)
         if k is not None:
-            ops.append(_gemm_cost(n, m, k, mm))
+            ops.append(gemm_cost(n, m, k, mm))
             if training:
-                ops.append(_gemm_cost(m, n, k, mm))  # dΘ = (S^K X)^T G
+                ops.append(gemm_cost(m, n, k, mm))  # dΘ = (S^K X)^T G
                 if input_grad:
-                    ops.append(_gemm_cost(n, k, m, mm))
+                    ops.append(gemm_cost(n, k, m, mm))
         if training and input_grad:
             spmm(m)  # dX = (S^T)^K (G Θ^T)
     flops = sum(f for f, _ in ops)

@@ -28,10 +28,10 @@ from ..sparse.attention import DropoutSpec, attention_backward, attention_forwar
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import edge_softmax, spmm
 
-__all__ = ["GATFunction", "gat_conv", "gat_attention"]
+__all__ = ["GATFunction", "gat_conv", "gat_attention", "head_transform"]
 
 
-def _transform(x: torch.Tensor | None, weight: torch.Tensor, heads: int, xs: SparseFormat | None = None) -> torch.Tensor:
+def head_transform(x: torch.Tensor | None, weight: torch.Tensor, heads: int, xs: SparseFormat | None = None) -> torch.Tensor:
     """``M = x weight^T`` viewed ``(n, heads, k)``; an SpMM over the non-zeros of the
     sparse features ``xs`` when given (then ``x`` is not read)."""
     M = spmm(xs, weight.t()) if xs is not None else torch.mm(x, weight.t())
@@ -40,7 +40,7 @@ def _transform(x: torch.Tensor | None, weight: torch.Tensor, heads: int, xs: Spa
 
 def _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, want_leaky, xs=None):
     """The forward pass; returns the output and every intermediate a scheme may cache."""
-    M = _transform(x, weight, heads, xs)
+    M = head_transform(x, weight, heads, xs)
     s, d = node_scores(M, att_src, att_dst)
     out3, alpha, leaky = attention_forward(A, s, d, M, negative_slope, drop, want_leaky=want_leaky)
     out = out3.flatten(1) if concat else out3.mean(1)
@@ -118,7 +118,7 @@ class GATFunction(torch.autograd.Function):
                 # NOTE: out = mean_h out3, so dL/dout3[:, h] = G / heads for every head.
                 G = (grad_out / heads).unsqueeze(1).expand(n, heads, grad_out.size(1))
             if M is None:  # "none": recompute M = XΘ
-                M = _transform(x, weight, heads, ctx.xs)
+                M = head_transform(x, weight, heads, ctx.xs)
             if cache in ("none", "features"):
                 s, d = node_scores(M, att_src, att_dst)
             dM, ds, dd = attention_backward(ctx.A, G, M, att_src, att_dst, ctx.slope, DropoutSpec(ctx.p, seed), alpha=alpha, leaky=leaky, s=s, d=d)
@@ -179,7 +179,7 @@ def gat_conv(
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     if return_attention_weights:
         if grad or drop.active:
-            M = _transform(x, weight, heads, xs)  # (differentiable: torch.mm, or corgnn's spmm)
+            M = head_transform(x, weight, heads, xs)  # (differentiable: torch.mm, or corgnn's spmm)
             out3, alpha = gat_attention(M, M, att_src, att_dst, A, negative_slope=negative_slope, dropout=drop.p, training=True)
             out = out3.flatten(1) if concat else out3.mean(1)
             return (out if bias is None else out + bias), alpha

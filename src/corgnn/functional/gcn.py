@@ -29,10 +29,10 @@ from ..graph import gcn_edge_weights
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import sddmm, spmm
 
-__all__ = ["GCNFunction", "gcn_conv", "gcn_edge_weights", "gcn_values", "entry_values"]
+__all__ = ["GCNFunction", "gcn_conv", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform"]
 
 
-def _transform(x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None) -> torch.Tensor:
+def feature_transform(x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None) -> torch.Tensor:
     """``X Θ`` ``(n, k)``: a GEMM, or an SpMM over the non-zeros of sparse ``xs``."""
     return spmm(xs, weight.t()) if xs is not None else torch.mm(x, weight.t())
 
@@ -96,7 +96,7 @@ class GCNFunction(torch.autograd.Function):
         # k columns, propagate-first on m columns (paper Table 1).
         if scheme.forward == "transform-first":
             # NOTE: the bias is added by the SpMM as it writes each row (issue 12, lever 2)
-            out = spmm(A, _transform(x, weight, xs), values=values, bias=bias)
+            out = spmm(A, feature_transform(x, weight, xs), values=values, bias=bias)
             ax = None
         else:
             if scheme.reuse:
@@ -152,7 +152,7 @@ class GCNFunction(torch.autograd.Function):
         if need_val:
             # NOTE: dL/dA'_ij = <G_i, (XΘ)_j> at A's entries: an SDDMM on k columns
             # over A's pattern (its values must not scale the result).
-            gval = sddmm(A.with_values(None), grad_out, _transform(x, weight, ctx.xs).t())
+            gval = sddmm(A.with_values(None), grad_out, feature_transform(x, weight, ctx.xs).t())
         return gx, gw, gb, None, None, None, gval
 
 

@@ -17,7 +17,7 @@ from torch import nn
 from torch_geometric.nn.dense.linear import Linear
 
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
-from ..functional.gcn import GCNFunction, _transform, entry_values
+from ..functional.gcn import GCNFunction, feature_transform, entry_values
 from ..graph import AGGREGATIONS, Graph, GraphCache, aggr_edge_weights
 from ..sparse.registry import check_format_name
 from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, check_value_grad, sparse_values_weigh
@@ -88,7 +88,7 @@ class _AggregateLinear(CorgnnConv):
         src, src_sparse = dense, xs
         proj = getattr(self, "lin", None) if getattr(self, "project", False) else None
         if proj is not None:  # PyG's project: relu(lin(x)) is what gets aggregated
-            src, src_sparse = torch.relu(_transform(dense, proj.weight, xs) + proj.bias), None
+            src, src_sparse = torch.relu(feature_transform(dense, proj.weight, xs) + proj.bias), None
         A = self.adjacency(graph, dtype)
         plan = self.plan(graph, src if src is not None else SparseView(dtype), None if src_sparse is None else src_sparse.nnz)
         self.last_plan = plan
@@ -96,7 +96,7 @@ class _AggregateLinear(CorgnnConv):
         out = GCNFunction.apply(src, agg.weight, agg.bias, A, plan.scheme, src_sparse, self._edge_values(graph, A))
         root = getattr(self, self._root, None)
         if root is not None:
-            out = out + _transform(dense, root.weight, xs)
+            out = out + feature_transform(dense, root.weight, xs)
         return out
 
     def _edge_values(self, graph: Graph, A) -> torch.Tensor | None:
@@ -120,7 +120,8 @@ class SAGEConv(_AggregateLinear):
     ``lin_l`` (with bias), ``lin_r`` (no bias), ``lin`` with ``project``, init,
     ``state_dict`` keys, outputs and gradients). Mean aggregation is the SpMM with
     ``1/deg`` values (a node without in-edges aggregates 0, as PyG); edge weights of
-    a graph are ignored, as PyG's SAGEConv ignores them.
+    a graph are ignored, as PyG's SAGEConv ignores them, except the stored values of a
+    ``torch.sparse`` adjacency, by which PyG multiplies the messages.
 
     Args (PyG's, in PyG's order):
         in_channels: m (an int; bipartite pairs raise :class:`UnsupportedOption`).
@@ -143,6 +144,17 @@ class SAGEConv(_AggregateLinear):
     Raises (before any work): TypeError / ValueError naming the argument, as
     :class:`corgnn.nn.GCNConv`.
     """
+
+    PYG_NAME = "SAGEConv"
+    PYG_LINEARS, PYG_BIASLESS, PYG_AGGRS = ("lin", "lin_l", "lin_r"), ("lin_r",), AGGREGATIONS
+
+    @classmethod
+    def pyg_arguments(cls, layer) -> dict:
+        w = layer.lin_l.weight
+        return dict(
+            in_channels=w.size(1), out_channels=w.size(0), aggr=layer.aggr, normalize=layer.normalize, root_weight=layer.root_weight,
+            project=layer.project, bias=getattr(layer.lin_l, "bias", None) is not None,
+        )
 
     def __init__(
         self, in_channels: int, out_channels: int, aggr: str = "mean", normalize: bool = False, root_weight: bool = True,
@@ -191,6 +203,14 @@ class GraphConv(_AggregateLinear):
     """
 
     _agg, _root, _weighted = "lin_rel", "lin_root", True
+
+    PYG_NAME = "GraphConv"
+    PYG_LINEARS, PYG_BIASLESS, PYG_AGGRS = ("lin_rel", "lin_root"), ("lin_root",), AGGREGATIONS
+
+    @classmethod
+    def pyg_arguments(cls, layer) -> dict:
+        w = layer.lin_rel.weight
+        return dict(in_channels=w.size(1), out_channels=w.size(0), aggr=layer.aggr, bias=getattr(layer.lin_rel, "bias", None) is not None)
 
     def __init__(self, in_channels: int, out_channels: int, aggr: str = "add", bias: bool = True, *, scheme: str = "auto", format: str = "csr", **kwargs):
         super().__init__()

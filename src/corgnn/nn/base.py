@@ -26,7 +26,8 @@ from ..sparse.torch_sparse import from_torch_sparse
 __all__ = [
     "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr",
     "SparseView", "num_rows", "check_compiled_x", "UnsupportedOption", "check_message_passing_kwargs", "check_flow",
-    "check_value_grad", "sparse_values_weigh",
+    "check_value_grad", "sparse_values_weigh", "message_passing_unsupported", "is_lazy", "not_parameters",
+    "adopt_parameters", "linear_params",
 ]
 
 
@@ -273,6 +274,77 @@ def check_value_grad(graph: Graph) -> None:
         )
 
 
+# ------------------------------------------------- conversions from PyG (optimize)
+
+_MODULE_HOOKS = (
+    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called", "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook",
+)
+"""``torch.nn.Module`` hook state carried from a PyG layer to its replacement (the
+forward and backward hooks a user registered on the layer itself)."""
+
+_TORCH_MODULE_ATTRS = frozenset(vars(nn.Module()))
+
+
+def message_passing_unsupported(layer, flows: tuple[str, ...] = ("source_to_target",), aggrs: tuple[str, ...] = ("add", "sum")) -> list[str]:
+    """Options of PyG's ``MessagePassing`` base that the corgnn layer does not honour:
+    a ``flow`` not in ``flows`` or another aggregation, hooks on its
+    ``propagate``/``message``/... steps (corgnn has no such steps to run them on)."""
+    unsupported = []
+    if getattr(layer, "flow", "source_to_target") not in flows:
+        unsupported.append(f"flow={layer.flow!r}")
+    if not isinstance(getattr(layer, "aggr", "add"), str) or getattr(layer, "aggr", "add") not in aggrs:
+        unsupported.append(f"aggr={layer.aggr!r}")
+    hooks = sorted(k for k, v in vars(layer).items() if k.endswith("_hooks") and k not in _TORCH_MODULE_ATTRS and v)
+    if hooks:
+        unsupported.append(f"MessagePassing hooks ({', '.join(hooks)})")
+    return unsupported
+
+
+def is_lazy(layer: nn.Module) -> bool:
+    """Whether ``layer`` still has lazy parameters (PyG ``in_channels=-1`` before its
+    first forward): their shapes, hence the replacement's, are not known yet."""
+    return any(isinstance(p, nn.parameter.UninitializedParameter) for p in layer.parameters())
+
+
+def not_parameters(params: dict) -> list[str]:
+    """Names in ``params`` whose value is neither None nor a plain ``nn.Parameter``
+    (e.g. a ``torch.nn.utils.parametrize`` property): those cannot be shared."""
+    return [f"{name} is not a Parameter" for name, p in params.items() if p is not None and not isinstance(p, nn.Parameter)]
+
+
+def adopt_parameters(make, layer: nn.Module, params: dict) -> nn.Module:
+    """``make()`` holding ``layer``'s own Parameter objects (``new.<name> = params[name]``,
+    None entries skipped), in ``layer``'s training mode, with the forward and backward
+    hooks registered on ``layer`` (the very same hook dicts, so their handles still
+    remove them).
+
+    ``make`` runs on the meta device: its own parameters are never allocated or
+    initialised, so converting draws nothing from torch's random generator (a seeded
+    run makes the same draws with and without ``optimize``).
+    """
+    with torch.device("meta"):
+        new = make()
+    for name, p in params.items():
+        if p is not None:
+            owner, _, attr = name.rpartition(".")
+            setattr(new.get_submodule(owner), attr, p)
+    left = [name for name, t in [*new.named_parameters(), *new.named_buffers()] if t.is_meta]
+    if left:  # pragma: no cover - a converter missed a parameter
+        raise RuntimeError(f"corgnn.optimize: {type(layer).__name__} -> {type(new).__name__} left {left} unset")
+    for attr in _MODULE_HOOKS:
+        if hasattr(layer, attr):
+            setattr(new, attr, getattr(layer, attr))
+    new.train(layer.training)
+    return new
+
+
+def linear_params(layer, names: tuple[str, ...]) -> dict:
+    """``{"<lin>.weight", "<lin>.bias"}`` of ``layer``'s ``Linear`` submodules ``names``
+    (absent ones skipped): the parameters a converted layer adopts."""
+    return {f"{n}.{p}": getattr(getattr(layer, n), p, None) for n in names if getattr(layer, n, None) is not None for p in ("weight", "bias")}
+
+
 class CorgnnConv(MessagePassing):
     """Base class of corgnn's layers: what every layer does with its inputs before
     its own math.
@@ -296,6 +368,60 @@ class CorgnnConv(MessagePassing):
 
     SUPPORTS_EXPLAIN = False
     """Whether the layer applies PyG's explain edge masks (:meth:`explain_mask`)."""
+
+    PYG_NAME: str | None = None
+    """The ``torch_geometric.nn`` class this layer replaces in :func:`corgnn.optimize`
+    (the registry line: setting it registers the class, :meth:`conversions`)."""
+
+    PYG_LINEARS: tuple[str, ...] = ()
+    """The PyG layer's ``Linear`` submodules whose parameters the replacement adopts."""
+
+    PYG_BIASLESS: tuple[str, ...] = ()
+    """Those of :attr:`PYG_LINEARS` PyG builds without a bias (one there is unsupported)."""
+
+    PYG_AGGRS: tuple[str, ...] = ("add", "sum")
+    """The PyG aggregations this layer runs (another is left to PyG)."""
+
+    _registry: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("PYG_NAME"):
+            CorgnnConv._registry[cls.PYG_NAME] = cls
+
+    @staticmethod
+    def conversions() -> dict:
+        """``{PyG class name: corgnn layer class}`` of every registered layer."""
+        return dict(CorgnnConv._registry)
+
+    @classmethod
+    def pyg_params(cls, layer) -> dict:
+        """``{dotted name: Parameter or None}`` of PyG ``layer`` the replacement adopts."""
+        return linear_params(layer, cls.PYG_LINEARS)
+
+    @classmethod
+    def pyg_unsupported(cls, layer) -> list[str]:
+        """Options of PyG ``layer`` this class does not support (empty: convertible):
+        :func:`message_passing_unsupported` (other aggregations included), bipartite
+        ``in_channels``, a bias PyG never builds, a non-Parameter weight."""
+        unsupported = message_passing_unsupported(layer, aggrs=cls.PYG_AGGRS)
+        if isinstance(getattr(layer, "in_channels", 0), (tuple, list)):
+            unsupported.append(f"bipartite in_channels={tuple(layer.in_channels)}")
+        if getattr(layer, "_cached_x", None) is not None:
+            unsupported.append("cached=True with S^K X already computed")
+        unsupported += [f"{n}.bias" for n in cls.PYG_BIASLESS if getattr(getattr(layer, n, None), "bias", None) is not None]
+        return unsupported + not_parameters(linear_params(layer, cls.PYG_LINEARS))
+
+    @classmethod
+    def from_pyg(cls, layer) -> nn.Module:
+        """This class's replacement for PyG ``layer`` (materialised, supported),
+        holding its very Parameter objects (:func:`adopt_parameters`)."""
+        return adopt_parameters(lambda: cls(**cls.pyg_arguments(layer)), layer, cls.pyg_params(layer))
+
+    @classmethod
+    def pyg_arguments(cls, layer) -> dict:
+        """Constructor arguments reproducing PyG ``layer`` (for :meth:`from_pyg`)."""
+        raise NotImplementedError(f"{cls.__name__} converts no PyG layer")  # pragma: no cover
 
     __repr__ = nn.Module.__repr__
 

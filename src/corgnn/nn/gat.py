@@ -9,14 +9,17 @@ from torch_geometric.nn.inits import glorot, zeros
 
 from ..cost.gat import GATPlan, parse_cache, plan_gat, static_cache_name
 from .._validate import check_edge_index, check_features, check_finite
-from ..functional.gat import _transform, gat_attention, gat_conv
+from ..functional.gat import head_transform, gat_attention, gat_conv
 from ..graph import (
     Graph, GraphCache, compiled_gat_adjacency, gat_edges, is_sparse_adjacency, sparse_adjacency_entries, sparse_attention_result,
 )
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .base import CorgnnConv, FeatureCache, UnsupportedOption, check_compiled_x, check_message_passing_kwargs, dropout, num_rows
+from .base import (
+    CorgnnConv, FeatureCache, UnsupportedOption, check_compiled_x, check_message_passing_kwargs, dropout, message_passing_unsupported,
+    not_parameters, num_rows,
+)
 
 __all__ = ["GATConv", "GAT"]
 
@@ -94,6 +97,50 @@ class GATConv(CorgnnConv):
         count or columns not ``in_channels``, NaN/Inf in ``x``, a dtype or device
         mismatch, ``edge_attr`` of the wrong shape.
     """
+
+    PYG_NAME = "GATConv"
+    PYG_LINEARS = ("lin", "lin_src", "lin_dst", "lin_edge", "res")  # (all bias-free in PyG)
+
+    @classmethod
+    def pyg_params(cls, layer) -> dict:
+        params = {f"{name}.weight": getattr(layer, name).weight for name in cls.PYG_LINEARS if getattr(layer, name, None) is not None}
+        params.update(att_src=layer.att_src, att_dst=layer.att_dst, att_edge=getattr(layer, "att_edge", None), bias=layer.bias)
+        return params
+
+    @classmethod
+    def pyg_unsupported(cls, layer) -> list[str]:
+        """Options of a PyG ``GATConv`` this layer does not support: a bias on one of its
+        ``Linear`` transforms, those of :func:`~corgnn.nn.base.message_passing_unsupported`.
+        Bipartite ``in_channels`` (``lin_src``/``lin_dst``), edge features (``edge_dim``,
+        ``fill_value``) and ``residual=True`` are converted."""
+        unsupported = message_passing_unsupported(layer)
+        if getattr(layer, "lin", None) is None and (getattr(layer, "lin_src", None) is None or getattr(layer, "lin_dst", None) is None):
+            unsupported.append("no lin nor lin_src/lin_dst")
+            return unsupported
+        if getattr(layer, "edge_dim", None) is not None and (getattr(layer, "lin_edge", None) is None or getattr(layer, "att_edge", None) is None):
+            unsupported.append(f"edge_dim={layer.edge_dim} without lin_edge/att_edge")
+        if getattr(layer, "residual", False) and getattr(layer, "res", None) is None:
+            unsupported.append("residual=True without res")
+        unsupported += not_parameters(cls.pyg_params(layer))
+        for name in cls.PYG_LINEARS:
+            lin = getattr(layer, name, None)
+            if lin is not None and getattr(lin, "bias", None) is not None:
+                unsupported.append(f"{name}.bias")
+        return unsupported
+
+    @classmethod
+    def pyg_arguments(cls, layer) -> dict:
+        if layer.lin is not None:
+            in_channels = layer.lin.weight.size(1)  # (PyG keeps in_channels=-1 for a lazy layer)
+        else:
+            in_channels = (layer.lin_src.weight.size(1), layer.lin_dst.weight.size(1))
+        lin_edge = getattr(layer, "lin_edge", None)
+        return dict(
+            in_channels=in_channels, out_channels=layer.out_channels, heads=layer.heads, concat=layer.concat,
+            negative_slope=layer.negative_slope, dropout=layer.dropout, add_self_loops=layer.add_self_loops,
+            edge_dim=None if lin_edge is None else lin_edge.weight.size(1), fill_value=getattr(layer, "fill_value", "mean"),
+            bias=layer.bias is not None, residual=getattr(layer, "res", None) is not None,
+        )
 
     def __init__(
         self,
@@ -246,7 +293,7 @@ class GATConv(CorgnnConv):
             A = graph.gat_adjacency(add_self_loops=self.add_self_loops)
             ei, perm = graph.gat_edges(add_self_loops=self.add_self_loops)
             alpha_edge = self._edge_logits(graph.edge_index, edge_attr, n if self.add_self_loops else None, weight)[perm]
-            M = _transform(None if xs is not None else dense, weight, self.heads, xs)
+            M = head_transform(None if xs is not None else dense, weight, self.heads, xs)
             out3, alpha = gat_attention(
                 M, M, self.att_src, self.att_dst, A, negative_slope=self.negative_slope,
                 dropout=self.dropout, training=self.training, alpha_edge=alpha_edge,

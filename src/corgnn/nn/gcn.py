@@ -20,7 +20,7 @@ from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
 from .base import (
     SPARSE_FEATURE_DENSITY, CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_compiled_x, check_flow,
-    check_message_passing_kwargs, check_value_grad, dense_to_csr, dropout, num_rows,
+    check_message_passing_kwargs, check_value_grad, dense_to_csr, dropout, message_passing_unsupported, not_parameters, num_rows,
 )
 
 __all__ = ["GCNConv", "GCN", "dropout", "UnsupportedOption", "check_message_passing_kwargs", "SPARSE_FEATURE_DENSITY", "dense_to_csr"]
@@ -159,6 +159,28 @@ class GCNConv(CorgnnConv):
     """
 
     SUPPORTS_EXPLAIN = True
+    PYG_NAME = "GCNConv"
+
+    @classmethod
+    def pyg_params(cls, layer) -> dict:
+        return {"lin.weight": layer.lin.weight, "bias": layer.bias}
+
+    @classmethod
+    def pyg_unsupported(cls, layer) -> list[str]:
+        """Options of a PyG ``GCNConv`` this layer does not support: those of
+        :func:`~corgnn.nn.base.message_passing_unsupported` (both flows are), a ``lin.bias``."""
+        unsupported = message_passing_unsupported(layer, ("source_to_target", "target_to_source")) + not_parameters(cls.pyg_params(layer))
+        if getattr(layer.lin, "bias", None) is not None:
+            unsupported.append("lin.bias")
+        return unsupported
+
+    @classmethod
+    def pyg_arguments(cls, layer) -> dict:
+        weight = layer.lin.weight  # (out, in); PyG keeps in_channels=-1 for a lazy layer
+        return dict(
+            in_channels=weight.size(1), out_channels=weight.size(0), bias=layer.bias is not None, improved=layer.improved,
+            add_self_loops=layer.add_self_loops, normalize=layer.normalize, flow=layer.flow,
+        )
 
     def __init__(
         self,

@@ -107,6 +107,16 @@ class GINConv(CorgnnConv):
     Raises (before any work): TypeError / ValueError naming the argument.
     """
 
+    PYG_NAME = "GINConv"
+
+    @classmethod
+    def pyg_params(cls, layer) -> dict:
+        return {"nn": layer.nn, "eps": layer.eps}  # (its very nn module, and eps)
+
+    @classmethod
+    def pyg_arguments(cls, layer) -> dict:
+        return dict(nn=torch.nn.Identity(), eps=layer.initial_eps, train_eps=isinstance(layer.eps, torch.nn.Parameter))
+
     def __init__(self, nn: torch.nn.Module, eps: float = 0.0, train_eps: bool = False, *, scheme: str = "auto", format: str = "csr", **kwargs):
         super().__init__()
         check_message_passing_kwargs(type(self).__name__, kwargs)

@@ -130,6 +130,17 @@ class SGConv(_Propagation):
     Raises (before any work): TypeError / ValueError naming the argument.
     """
 
+    PYG_NAME = "SGConv"
+    PYG_LINEARS = ("lin",)
+
+    @classmethod
+    def pyg_arguments(cls, layer) -> dict:
+        w = layer.lin.weight
+        return dict(
+            in_channels=w.size(1), out_channels=w.size(0), K=layer.K, cached=layer.cached, add_self_loops=layer.add_self_loops,
+            bias=getattr(layer.lin, "bias", None) is not None,
+        )
+
     def __init__(
         self, in_channels: int, out_channels: int, K: int = 1, cached: bool = False, add_self_loops: bool = True, bias: bool = True,
         *, scheme: str = "auto", format: str = "csr", **kwargs,
@@ -204,6 +215,22 @@ class APPNP(_Propagation):
     """
 
     in_channels = None  # any feature width
+
+    PYG_NAME = "APPNP"
+
+    @classmethod
+    def pyg_unsupported(cls, layer) -> list[str]:
+        unsupported = super().pyg_unsupported(layer)
+        if not 0.0 <= float(layer.dropout) < 1.0:
+            unsupported.append(f"dropout={layer.dropout!r} (corgnn's APPNP takes [0, 1))")
+        return unsupported
+
+    @classmethod
+    def pyg_arguments(cls, layer) -> dict:
+        return dict(
+            K=layer.K, alpha=layer.alpha, dropout=layer.dropout, cached=layer.cached, add_self_loops=layer.add_self_loops,
+            normalize=layer.normalize,
+        )
 
     def __init__(
         self, K: int, alpha: float, dropout: float = 0.0, cached: bool = False, add_self_loops: bool = True, normalize: bool = True,
