@@ -425,6 +425,11 @@ class CorgnnConv(MessagePassing):
 
     __repr__ = nn.Module.__repr__
 
+    def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
+        """A no-op: PyG's ``MessagePassing.__init__`` renders a jinja specialisation of
+        ``propagate`` per class (about 150 ms on a class's first construction, 2
+        cores); corgnn's layers never run ``propagate``, so they skip it."""
+
     def __init__(self):
         super().__init__(aggr="add")
         # NOTE: the layers aggregate through their sparse matrices, never through
