@@ -262,8 +262,10 @@ def test_pyg_explainer_on_an_optimized_gcn_gives_pyg_masks():
 def test_a_layer_that_cannot_apply_explain_masks_refuses_them():
     from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
+    from corgnn.nn import GATConv
+
     ei, n = make_graph()
-    layer = GINConv(torch.nn.Linear(4, 3))
+    layer = GATConv(4, 3)
     with pytest.raises(UnsupportedOption, match="explain edge masks"):
         set_masks(layer, torch.nn.Parameter(torch.randn(ei.size(1))), ei)
     clear_masks(layer)
@@ -271,25 +273,44 @@ def test_a_layer_that_cannot_apply_explain_masks_refuses_them():
     layer(torch.randn(n, 4), ei)
 
 
-def test_explain_mask_on_gcn_equals_pyg_message_masking():
-    from torch_geometric.explain.algorithm.utils import set_masks
+def _pyg_layers():
+    import torch_geometric.nn as pyg
+
+    return {
+        "gcn": lambda: PygGCNConv(4, 3),
+        "gcn-improved-noloops": lambda: PygGCNConv(4, 3, improved=True, add_self_loops=False),
+        "sage-mean": lambda: pyg.SAGEConv(4, 3),
+        "sage-sum": lambda: pyg.SAGEConv(4, 3, aggr="sum"),
+        "graphconv": lambda: pyg.GraphConv(4, 3),
+        "gin": lambda: PygGINConv(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()), train_eps=True),
+        "sgc": lambda: pyg.SGConv(4, 3, K=2),
+        "appnp": lambda: pyg.APPNP(K=2, alpha=0.2),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_pyg_layers()))
+def test_explain_mask_equals_pyg_message_masking(kind):
+    """set_masks on a converted layer: the output and the mask's gradient are PyG's."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
     ei, n = make_graph()
     torch.manual_seed(0)
-    ref = PygGCNConv(4, 3).double()
+    ref = _pyg_layers()[kind]().double()
     ours = corgnn.optimize(torch.nn.ModuleList([copy.deepcopy(ref)]))[0]
+    assert type(ours).__module__.startswith("corgnn.")
     x = torch.randn(n, 4, dtype=F64)
-    grads = []
+    got = []
     for layer in (ref, ours):
-        mask = torch.nn.Parameter(torch.randn(ei.size(1), dtype=F64))
-        with torch.no_grad():
-            mask.copy_(torch.linspace(-2, 2, ei.size(1), dtype=F64))
+        mask = torch.nn.Parameter(torch.linspace(-2, 2, ei.size(1), dtype=F64))
         set_masks(layer, mask, ei, apply_sigmoid=True)
         out = layer(x, ei)
         out.square().sum().backward()
-        grads.append((out, mask.grad))
-    torch.testing.assert_close(grads[1][0], grads[0][0])
-    torch.testing.assert_close(grads[1][1], grads[0][1])
+        got.append((out, mask.grad))
+        clear_masks(layer)
+    torch.testing.assert_close(got[1][0], got[0][0])
+    torch.testing.assert_close(got[1][1], got[0][1])
+    assert got[0][1].abs().sum() > 0
+    torch.testing.assert_close(ours(x, ei), ref(x, ei))  # (cleared: no mask any more)
 
 
 def test_changing_learnable_edge_weights_reuse_one_pattern():

@@ -34,6 +34,7 @@ class _AggregateLinear(CorgnnConv):
     _agg = "lin_l"
     _root = "lin_r"
     _weighted = False
+    SUPPORTS_EXPLAIN = True
 
     def _setup(self, in_channels, out_channels, aggr: str, scheme: str, format: str, kwargs: dict) -> None:
         name = type(self).__name__
@@ -101,12 +102,15 @@ class _AggregateLinear(CorgnnConv):
 
     def _edge_values(self, graph: Graph, A) -> torch.Tensor | None:
         """``A``'s values as a differentiable function of the graph's edge weights when
-        those need a gradient (else None: the cached ``A.val`` is a constant)."""
-        ew = graph.edge_weight
-        if not self._weighs(graph) or ew is None or not ew.requires_grad or not torch.is_grad_enabled():
+        those need a gradient, times PyG's explain edge mask when one is set (each
+        message times its edge's mask, before the mean's division by the edge count,
+        as PyG's ``explain_message``); else None: the cached ``A.val`` is a constant."""
+        ew = graph.edge_weight if self._weighs(graph) else None
+        mask = self.explain_mask(graph.edge_index, graph.num_nodes, loops=False)
+        if mask is None and (ew is None or not ew.requires_grad or not torch.is_grad_enabled()):
             return None
         w = aggr_edge_weights(graph.edge_index, ew, graph.num_nodes, "sum" if self.aggr == "add" else self.aggr, A.val.dtype)
-        return entry_values(A, graph.edge_index, w)
+        return entry_values(A, graph.edge_index, w if mask is None else w * mask.to(w.dtype))
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, aggr={self.aggr!r}, scheme={self.scheme!r}, format={self.format!r}"

@@ -24,7 +24,7 @@ from torch_geometric.nn.inits import reset
 
 from .._cache import Uncopied
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
-from ..functional.gcn import GCNFunction
+from ..functional.gcn import GCNFunction, entry_values
 from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
@@ -108,6 +108,7 @@ class GINConv(CorgnnConv):
     """
 
     PYG_NAME = "GINConv"
+    SUPPORTS_EXPLAIN = True
 
     @classmethod
     def pyg_params(cls, layer) -> dict:
@@ -158,9 +159,17 @@ class GINConv(CorgnnConv):
         ``torch.sparse`` adjacency (as PyG's ``spmm(adj_t, x)``), else ones."""
         return graph.aggr_adjacency("sum", dtype=dtype, weighted=sparse_values_weigh(graph), diagonal=True, format=self.format)
 
-    def _values(self, A) -> torch.Tensor:
-        """Values of ``A + (1 + eps) I`` in ``A``'s entry order (differentiable w.r.t. ``eps``)."""
-        return A.val + (1 + self.eps.to(A.val.dtype)) * self._diag(A)
+    def _values(self, A, graph: Graph, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Values of ``A + (1 + eps) I`` in ``A``'s entry order (differentiable w.r.t.
+        ``eps``); with PyG's explain edge ``mask`` each edge's message is scaled by it
+        (the ``(1 + eps) x_i`` term is not a message: unscaled, as PyG's)."""
+        val = A.val
+        if mask is not None:
+            w = mask.to(val.dtype)
+            if sparse_values_weigh(graph):
+                w = w * graph.edge_weight.detach().to(val.dtype)
+            val = entry_values(A, graph.edge_index, w)
+        return val + (1 + self.eps.to(val.dtype)) * self._diag(A)
 
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan | None:
         """The scheme of ``(A + (1 + eps) I) x W^T + b`` (``W``, ``b``: ``nn``'s first
@@ -183,6 +192,7 @@ class GINConv(CorgnnConv):
         if size is not None:
             raise UnsupportedOption(f"GINConv: size={size!r} (bipartite message passing) is not supported by corgnn")
         graph, dense, xs, dtype = self._inputs(x, edge_index)
+        mask = self.explain_mask(graph.edge_index, graph.num_nodes, loops=False)
         ew = graph.edge_weight
         if sparse_values_weigh(graph) and ew.requires_grad and torch.is_grad_enabled():
             raise UnsupportedOption(
@@ -190,7 +200,7 @@ class GINConv(CorgnnConv):
                 "propagate to them; use torch_geometric.nn.GINConv, or detach the adjacency's values"
             )
         A = self.adjacency(graph, dtype)
-        values = self._values(A)
+        values = self._values(A, graph, mask)
         slot = first_linear(self.nn)
         if slot is None:
             self.last_plan = None

@@ -29,7 +29,7 @@ from .._cache import Uncopied, tensor_state
 from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .base import CorgnnConv, FeatureCheck, check_message_passing_kwargs, check_value_grad
+from .base import CorgnnConv, FeatureCheck, UnsupportedOption, check_message_passing_kwargs, check_value_grad
 
 __all__ = ["SGConv", "APPNP"]
 
@@ -73,6 +73,8 @@ class _Kept(Uncopied):
 class _Propagation(CorgnnConv):
     """Input handling and the propagation matrix shared by SGConv and APPNP."""
 
+    SUPPORTS_EXPLAIN = True  # (each hop's messages times the edge mask, loops times 1, as PyG's)
+
     def _setup(self, K: int, add_self_loops: bool, normalize: bool, scheme: str, format: str, kwargs: dict) -> None:
         name = type(self).__name__
         check_message_passing_kwargs(name, kwargs)
@@ -99,8 +101,11 @@ class _Propagation(CorgnnConv):
         A = graph.gcn_adjacency(dtype=dtype, **opts, format=self.format)
         values = None
         ew = graph.edge_weight
-        if ew is not None and ew.requires_grad and torch.is_grad_enabled():
-            values = gcn_values(A, graph.edge_index, ew, **opts, loops=graph.loops)
+        mask = self.explain_mask(graph.edge_index, graph.num_nodes, loops=opts["add_self_loops"])
+        if mask is not None or (ew is not None and ew.requires_grad and torch.is_grad_enabled()):
+            if mask is not None and graph.loops != "remaining":
+                raise UnsupportedOption(f"{type(self).__name__}: explaining a call with a sparse adjacency is not supported; pass edge_index")
+            values = gcn_values(A, graph.edge_index, ew, **opts, loops=graph.loops, edge_mask=mask)
         return graph, dense, A, values
 
     def reset_parameters(self) -> None:
