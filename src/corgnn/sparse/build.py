@@ -125,13 +125,21 @@ def _entries(order, entry):
 
 
 @njit(**_JIT)
+def _pointer(index, size):
+    """Compressed pointer ``(size+1,)`` of the ids ``index`` (any order): counts, then
+    their running sum."""
+    ptr = np.zeros(size + 1, dtype=np.int64)
+    for e in range(index.shape[0]):
+        ptr[index[e] + 1] += 1
+    for i in range(size):
+        ptr[i + 1] += ptr[i]
+    return ptr
+
+
+@njit(**_JIT)
 def _coo_to_csr_kernel(row, col, val, has_val, n, coalesce):
     q = row.shape[0]
-    rowptr = np.zeros(n + 1, dtype=np.int64)
-    for e in range(q):
-        rowptr[row[e] + 1] += 1
-    for i in range(n):
-        rowptr[i + 1] += rowptr[i]
+    rowptr = _pointer(row, n)
     nxt = rowptr[:-1].copy()
     out_col = np.empty(q, dtype=np.int64)
     out_val = np.empty(q if has_val else 0, dtype=val.dtype)
@@ -270,11 +278,7 @@ def _np_dtype(dtype: torch.dtype):
 def _csr_to_csc_kernel(rowptr, col, m):
     n = rowptr.shape[0] - 1
     nnz = rowptr[n]
-    colptr = np.zeros(m + 1, dtype=np.int64)
-    for p in range(nnz):
-        colptr[col[p] + 1] += 1
-    for j in range(m):
-        colptr[j + 1] += colptr[j]
+    colptr = _pointer(col[:nnz], m)
     nxt = colptr[:-1].copy()
     row = np.empty(nnz, dtype=np.int64)
     perm = np.empty(nnz, dtype=np.int64)

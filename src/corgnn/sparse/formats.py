@@ -234,6 +234,16 @@ class CSR(SparseFormat):
         matrix is unchanged; without duplicates it stays a pattern.
         """
         n, m = shape
+        if row.numel() and row.device.type == "cpu" and (val is None or val.dtype in (torch.float32, torch.float64)):
+            # NOTE: counting sorts (sparse/build.py), O(q): the same entries, order and sums
+            from .build import coo_to_csr
+
+            counts = coalesce and val is None  # (a coalesced pattern holds multiplicities)
+            v = torch.ones(row.numel(), dtype=torch.get_default_dtype()) if counts else val
+            ptr, c, v, _ = coo_to_csr(row.long(), col.long(), v, n, coalesce=coalesce)
+            if counts and c.numel() == row.numel():
+                v = None  # no duplicates: still a pattern
+            return CSR(ptr, c, v, (n, m))
         if row.numel():
             key = row * max(m, 1) + col
             if coalesce:
