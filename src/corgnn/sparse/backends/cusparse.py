@@ -93,6 +93,5 @@ class CuSparseBackend(Backend):
             return out if bias is None else out.add_(bias)
         A = _csr(ptr, idx, perm, val, B.size(0), B.dtype)
         B = B.contiguous()
-        if bias is None:
-            return torch.sparse.mm(A, B)
-        return torch.addmm(bias.expand(n, B.size(1)), A, B)
+        out = torch.sparse.mm(A, B) if bias is None else torch.addmm(bias.expand(n, B.size(1)), A, B)
+        return out.contiguous()  # the op's (and the other backends') row-major layout
