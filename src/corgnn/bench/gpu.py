@@ -87,7 +87,7 @@ def plan(out: Path, root: str | None = None, quick: bool = False) -> list[Step]:
     """The steps, their commands writing under ``out``, with ``root`` (data root) passed on.
 
     ``quick``: each bench at its ``--quick`` preset (a check that everything runs,
-    about 10 minutes).
+    at most 18 minutes by the allotments).
     """
     out = out.resolve()
     root = str(Path(root).resolve()) if root else None
@@ -166,7 +166,7 @@ def _write(out: Path, meta: dict, records: list[dict]) -> None:
 def add_arguments(p) -> None:
     p.add_argument("--root", default=None, help="data root with the real dataset files (e.g. data/, an ignored folder of the checkout)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default benchmarks/results/<gpu>-<date>)")
-    p.add_argument("--quick", action="store_true", help="every bench at its --quick preset (about 10 minutes)")
+    p.add_argument("--quick", action="store_true", help="every bench at its --quick preset (at most 18 minutes by the allotments)")
     p.add_argument("--only", default=None, help="comma-separated step names to run (default all)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate, run nothing (any machine)")
 
