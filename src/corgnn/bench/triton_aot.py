@@ -201,12 +201,8 @@ def sweep(ops, dtypes=None):
                         for bias in biases:
                             label = f"spmm_rows {t} {lay} {length}{' perm' if use_perm else ''}{' val' if use_val else ''}{' bias' if bias is not None else ''}"
                             yield label, ops.spmm_rows, (ptr, idx, perm if use_perm else None, val, B, bias)
-                        for use_val2 in (False, True):  # SDDMM on the same plan
-                            C = B
-                            sval = val if use_val2 else None
-                            if use_val2 and val is None:
-                                continue
-                            yield f"sddmm_rows {t} {lay}{' perm' if use_perm else ''}{' val' if sval is not None else ''}", ops.sddmm_rows, (ptr, idx, perm if use_perm else None, sval, B, C)
+                        # SDDMM on the same plan
+                        yield f"sddmm_rows {t} {lay}{' perm' if use_perm else ''}{' val' if use_val else ''}", ops.sddmm_rows, (ptr, idx, perm if use_perm else None, val, B, B)
                 # COO SDDMM, hybrid SpMM (CSR head + row-sorted COO tail) on this plan
                 for use_val in (False, True):
                     val = torch.randn((q, H) if heads else (q,), dtype=dt) if use_val else None
