@@ -42,7 +42,10 @@ def test_cuda_dispatch_prefers_triton_and_falls_back_with_reason(monkeypatch):
     # a case the Triton kernels decline runs on the torch fallback
     monkeypatch.setattr(TritonBackend, "supports", lambda self, case: "declined for this test")
     monkeypatch.setattr(dispatch, "_SELECTED", {})
-    assert select(Case("spmm_rows", "cuda", torch.float32)).name == "torch"
+    assert select(Case("sddmm_rows", "cuda", torch.float32)).name == "torch"
+    # ... after cusparse, for the single-head SpMM it runs (PRIORITY: triton, cusparse, torch)
+    assert select(Case("spmm_rows", "cuda", torch.float32)).name == "cusparse"
+    assert select(Case("spmm_rows", "cuda", torch.float32, 4)).name == "torch"
     with use_backend("triton"), pytest.raises(ValueError, match="triton: declined for this test"):
         select(Case("spmm_rows", "cuda", torch.float32))
 

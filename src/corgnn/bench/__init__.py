@@ -15,5 +15,8 @@ Layout:
 * :mod:`~corgnn.bench.baselines` - the models timed: corgnn variants and PyG baselines.
 * :mod:`~corgnn.bench.report` - results files, Markdown tables, plots.
 * :mod:`~corgnn.bench.spmm` - ``corgnn bench spmm``, the kernel-level benchmark.
+* :mod:`~corgnn.bench.triton_aot` - ``corgnn bench triton-aot``, the Triton kernels
+  compiled ahead of time for sm_80/sm_90 (no GPU needed), resource usage.
+* :mod:`~corgnn.bench.gpu` - ``corgnn bench gpu``, the whole GPU evaluation as one command.
 * :mod:`~corgnn.bench.cli` - the ``corgnn bench`` subcommands.
 """

@@ -2,7 +2,9 @@
 
 Subcommands: ``spmm`` (the kernel-level benchmark of :mod:`corgnn.bench.spmm`, with
 its own options), ``distributed`` (:mod:`corgnn.bench.distributed`, its own options),
-``clients`` (PyG's example scripts, :mod:`corgnn.bench.clients`), one per spec of
+``clients`` (PyG's example scripts, :mod:`corgnn.bench.clients`), ``gpu`` (the whole
+GPU evaluation, :mod:`corgnn.bench.gpu`), ``triton-aot`` (ahead-of-time compilation of
+the Triton kernels, :mod:`corgnn.bench.triton_aot`), one per spec of
 :data:`corgnn.bench.experiments.EXPERIMENTS`
 (options of :func:`corgnn.bench.runner.add_common_arguments`), ``all`` (every spec
 into one directory) and ``report DIR`` (rebuild ``summary.md`` and the plots).
@@ -13,7 +15,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from . import clients, distributed, runner, spmm
+from . import clients, distributed, gpu, runner, spmm, triton_aot
 from .experiments import EXPERIMENTS
 
 
@@ -27,6 +29,8 @@ def add_arguments(p) -> None:
         ("spmm", "SpMM/SDDMM of every sparse format vs torch.sparse and PyG scatter", spmm.add_arguments, spmm.run),
         ("distributed", "halo bytes and epoch time of partitioned GCN training, 1..N local processes", distributed.add_arguments, distributed.run),
         ("clients", "PyG's examples/gcn.py and gat.py on Cora with and without optimize()", clients.add_arguments, clients.run),
+        ("gpu", "the whole GPU evaluation (tests, spmm, GCN and GAT vs PyG on CUDA) into benchmarks/results/<gpu>-<date>", gpu.add_arguments, gpu.run),
+        ("triton-aot", "compile every Triton kernel specialization for sm_80/sm_90 (no GPU needed): registers, spills, shared memory", triton_aot.add_arguments, triton_aot.run),
     ]
     commands += [(e.name, e.help, runner.add_common_arguments, partial(runner.run_experiments, [e])) for e in EXPERIMENTS]
     commands += [

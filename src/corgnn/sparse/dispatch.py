@@ -43,7 +43,7 @@ ENV_VAR = "CORGNN_BACKEND"
 
 PRIORITY: dict[str, tuple[str, ...]] = {
     "cpu": ("numba", "torch"),
-    "cuda": ("triton", "torch"),
+    "cuda": ("triton", "cusparse", "torch"),  # cusparse after triton until a GPU measurement ranks them
 }
 """Backends tried in order, per device type; other device types use ``("torch",)``."""
 

@@ -1,0 +1,219 @@
+"""``corgnn bench gpu``: the whole GPU evaluation in one command (about 35 minutes).
+
+A thin orchestration of existing pieces, each run as its own process (one failing
+or hanging step does not stop the others; each is killed at its allotment):
+
+=================  ==================================================================
+step               command
+=================  ==================================================================
+``tests``          ``pytest`` on the op and layer tests (their CUDA parametrisations
+                   run when CUDA is available); JUnit XML and the log kept
+``spmm``           ``corgnn bench spmm --device cuda`` (automatic backend: triton)
+``spmm-cusparse``  the same SpMM with ``--backend cusparse`` (row-plan formats): the
+                   measurement that ranks cusparse against triton in dispatch
+``gcn``, ``gat``   ``corgnn bench gcn|gat --device cuda``: the grids against every PyG
+                   baseline (COO, CSR, compiled COO; GAT also dgNN's fused kernel
+                   where installed), fastest PyG per cell, peak memory from
+                   ``torch.cuda.max_memory_allocated``; each stops starting cells at
+                   its deadline and writes what it measured
+=================  ==================================================================
+
+Everything goes under ``benchmarks/results/<gpu>-<date>/`` (``--out`` overrides):
+one folder per step (its results, ``summary.md`` and plots), ``<step>.log``, and
+``summary.md`` / ``gpu.json`` (the GPU's name, versions, each step's status and
+wall time, the test counts, the steps' summaries).
+
+Offline use: ``pip install --no-deps -e .`` in a checkout on the GPU machine, the
+datasets copied into an ignored folder of it (``data/``), then
+``corgnn bench gpu --root data``. ``--dry-run`` prints the plan and the time
+estimate without running anything (any machine; CI runs it).
+
+Timing: the bench harness times each step with ``time.perf_counter`` between
+``torch.cuda.synchronize`` calls (see :mod:`corgnn.bench.harness`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Step", "TEST_FILES", "plan", "run_steps", "add_arguments", "run", "gpu_slug"]
+
+TEST_FILES = (
+    "tests/test_sparse.py", "tests/test_library.py", "tests/test_triton.py", "tests/test_cusparse.py",
+    "tests/test_gcn.py", "tests/test_gcn_grad.py", "tests/test_gat.py", "tests/test_layers.py",
+    "tests/test_propagation_cache.py",
+)
+"""The op and layer test files the ``tests`` step runs."""
+
+CHECKOUT = Path(__file__).resolve().parents[3]
+"""The checkout root (``src/corgnn/bench/gpu.py`` -> root) under an editable install:
+the test files are read from its ``tests/``."""
+
+BUDGET_MIN = 35.0
+"""The whole run's target (minutes); the allotments below sum to less."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One process of the evaluation: ``argv`` (run with this Python), its time
+    allotment in minutes (the estimate, and the kill timeout), what it measures,
+    and extra environment variables."""
+
+    name: str
+    argv: tuple[str, ...]
+    minutes: float
+    what: str
+    env: tuple[tuple[str, str], ...] = ()
+
+    def command(self) -> str:
+        env = " ".join(f"{k}={v}" for k, v in self.env)
+        return (env + " " if env else "") + "python " + " ".join(self.argv)
+
+
+def gpu_slug(name: str) -> str:
+    """``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"`` (a folder name)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+def plan(out: Path, root: str | None = None, quick: bool = False) -> list[Step]:
+    """The steps, their commands writing under ``out``, with ``root`` (data root) passed on.
+
+    ``quick``: each bench at its ``--quick`` preset (a check that everything runs,
+    at most 18 minutes by the allotments).
+    """
+    out = out.resolve()
+    root = str(Path(root).resolve()) if root else None
+    data = ("--root", root) if root else ()
+    q = ("--quick",) if quick else ()
+    bench = ("-m", "corgnn.cli", "bench")
+    env = (("CORGNN_DATA", root),) if root else ()
+    # allotments: the full spmm grid is ~540 measurements of 10 calls plus each Triton
+    # specialization's first compile (~1 s); gcn/gat's full grids are 8.8/9.1 min on 2
+    # CPU cores, bounded here by --deadline-min (cells not started by then are recorded
+    # as missing), one minute under the allotment for the report.
+    gcn_min, gat_min = (4.0, 4.0) if quick else (9.0, 9.0)
+    return [
+        Step("tests", ("-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={out / 'tests.xml'}", *(str(CHECKOUT / f) for f in TEST_FILES)), 6.0,
+             "op and layer tests (CUDA parametrisations included)", env),
+        Step("spmm", (*bench, "spmm", "--device", "cuda", "--out", str(out / "spmm"), *data, *q), 5.0 if not quick else 2.0,
+             "SpMM/SDDMM per format vs torch.sparse (cuSPARSE) and PyG scatter, automatic backend"),
+        Step("spmm-cusparse", (*bench, "spmm", "--device", "cuda", "--backend", "cusparse", "--ops", "spmm", "--formats", "csr,csc,coo",
+                               "--out", str(out / "spmm-cusparse"), *data, *q), 3.0 if not quick else 1.5,
+             "the same SpMM on the cusparse backend (ranks it against triton)"),
+        Step("gcn", (*bench, "gcn", "--device", "cuda", "--deadline-min", f"{gcn_min - 1:g}", "--out", str(out / "gcn"), "--no-progress", *data, *q), gcn_min,
+             "2-layer GCN vs PyG COO/CSR/compiled, time and peak memory"),
+        Step("gat", (*bench, "gat", "--device", "cuda", "--deadline-min", f"{gat_min - 1:g}", "--out", str(out / "gat"), "--no-progress", *data, *q), gat_min,
+             "2-layer 8-head GAT vs PyG COO/CSR/compiled/fused, time and peak memory"),
+    ]
+
+
+def _test_counts(log: str) -> str:
+    """pytest's closing line (``N passed, M failed ...``), or ``""``."""
+    found = re.findall(r"^=*\s*(\d+ (?:passed|failed|error|skipped).*?)(?: in [\d.]+s.*)?\s*=*$", log, flags=re.M)
+    return found[-1] if found else ""
+
+
+def run_steps(steps: list[Step], out: Path, meta: dict) -> list[dict]:
+    """Run each step (a process, killed at its allotment), log it to
+    ``out/<step>.log`` and write ``out/gpu.json`` and ``out/summary.md``; returns one
+    record per step (``name``, ``status`` ``ok``/``failed (rc)``/``timed out``,
+    ``wall_s``, ``log``, ``command``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    for s in steps:
+        log = out / f"{s.name}.log"
+        print(f"[{time.strftime('%H:%M:%S')}] {s.name}: {s.command()}  (allotted {s.minutes:g} min)", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        with open(log, "w") as f:
+            try:
+                rc = subprocess.run([sys.executable, *s.argv], stdout=f, stderr=subprocess.STDOUT, timeout=s.minutes * 60,
+                                    env=dict(os.environ, **dict(s.env))).returncode
+                status = "ok" if rc == 0 else f"failed (rc {rc})"
+            except subprocess.TimeoutExpired:
+                status = "timed out"
+        rec = {"name": s.name, "status": status, "wall_s": round(time.perf_counter() - t0, 1), "log": log.name, "command": s.command(), "what": s.what}
+        if s.name == "tests":
+            rec["tests"] = _test_counts(log.read_text(errors="replace"))
+        records.append(rec)
+        print(f"  -> {status} in {rec['wall_s'] / 60:.1f} min", file=sys.stderr, flush=True)
+        _write(out, meta, records)
+    return records
+
+
+def _write(out: Path, meta: dict, records: list[dict]) -> None:
+    (out / "gpu.json").write_text(json.dumps({**meta, "steps": records}, indent=1))
+    lines = [f"# GPU evaluation: {meta.get('gpu', '?')}", ""]
+    lines += [f"- {k}: {v}" for k, v in meta.items() if k != "gpu"]
+    lines += ["", "| step | status | minutes | what |", "|---|---|---|---|"]
+    for r in records:
+        extra = f" ({r['tests']})" if r.get("tests") else ""
+        lines.append(f"| {r['name']} | {r['status']}{extra} | {r['wall_s'] / 60:.1f} | {r['what']} ([log]({r['log']})) |")
+    for r in records:
+        sub = out / r["name"] / "summary.md"
+        if sub.exists():
+            lines += ["", f"## {r['name']}", "", re.sub(r"^(#+) ", r"##\1 ", sub.read_text(), flags=re.M)]  # its headings two levels down
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--root", default=None, help="data root with the real dataset files (e.g. data/, an ignored folder of the checkout)")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default benchmarks/results/<gpu>-<date>)")
+    p.add_argument("--quick", action="store_true", help="every bench at its --quick preset (at most 18 minutes by the allotments)")
+    p.add_argument("--only", default=None, help="comma-separated step names to run (default all)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate, run nothing (any machine)")
+
+
+def run(args) -> int:
+    """Plan (and unless ``--dry-run`` run) the GPU evaluation.
+
+    Raises:
+        ValueError: unknown ``--only`` step; no CUDA device (without ``--dry-run``).
+    """
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.dry_run:
+        raise ValueError("corgnn bench gpu: no CUDA device is available to torch on this machine (use --dry-run to see the plan)")
+    gpu = torch.cuda.get_device_name() if cuda else "<gpu>"
+    out = args.out or Path("benchmarks") / "results" / f"{gpu_slug(gpu) if cuda else gpu}-{time.strftime('%Y%m%d')}"
+    steps = plan(out, args.root, args.quick)
+    if args.only:
+        names = args.only.split(",")
+        unknown = sorted(set(names) - {s.name for s in steps})
+        if unknown:
+            raise ValueError(f"--only: unknown steps {unknown}; choose from {[s.name for s in steps]}")
+        steps = [s for s in steps if s.name in names]
+    total = sum(s.minutes for s in steps)
+    print(f"corgnn bench gpu on {gpu}: {len(steps)} steps, writing to {out}")
+    for s in steps:
+        print(f"  {s.name:<14} {s.minutes:>5.1f} min  {s.what}\n                 {s.command()}")
+    print(f"estimate: at most {total:.0f} min (each step is stopped at its allotment; target {BUDGET_MIN:.0f} min)")
+    if args.dry_run:
+        return 0
+    from importlib.metadata import version
+
+    meta = {
+        "gpu": gpu, "date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "triton": version("triton"), "root": args.root, "quick": bool(args.quick),
+    }
+    records = run_steps(steps, out, meta)
+    print(f"wrote {out}/summary.md")
+    return 0 if all(r["status"] == "ok" for r in records) else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m corgnn.bench.gpu", description=__doc__.split("\n\n")[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

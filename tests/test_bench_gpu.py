@@ -1,0 +1,71 @@
+"""``corgnn bench gpu``: the dry run (what CI can run without a GPU: the plan and
+its time estimate), the step runner on stand-in steps (status, timeout, logs,
+summary), and its argument errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from corgnn.bench import gpu
+from corgnn.cli import main
+
+
+def test_dry_run_prints_the_plan_within_budget(tmp_path, capsys):
+    out = tmp_path / "res"
+    assert main(["bench", "gpu", "--dry-run", "--root", str(tmp_path / "data"), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    steps = gpu.plan(out, str(tmp_path / "data"))
+    assert [s.name for s in steps] == ["tests", "spmm", "spmm-cusparse", "gcn", "gat"]
+    for s in steps:
+        assert s.command() in text
+        if s.name != "tests":  # every bench on CUDA, reading the given data root, writing under out
+            assert "--device cuda" in s.command() and f"--root {tmp_path / 'data'}" in s.command()
+            assert f"--out {out.resolve() / s.name}" in s.command()
+    assert dict(steps[0].env)["CORGNN_DATA"] == str(tmp_path / "data")
+    assert all((gpu.CHECKOUT / f).exists() for f in gpu.TEST_FILES)
+    total = sum(s.minutes for s in steps)
+    assert total <= gpu.BUDGET_MIN and f"at most {total:.0f} min" in text
+    assert not out.exists()  # a dry run writes nothing
+    quick = gpu.plan(out, None, quick=True)
+    assert sum(s.minutes for s in quick) < total and all("--quick" in s.argv for s in quick if s.name != "tests")
+
+
+def test_run_steps_records_status_logs_and_summaries(tmp_path):
+    out = tmp_path / "run"
+    (out / "ok").mkdir(parents=True)
+    (out / "ok" / "summary.md").write_text("# ok section\n\nspeedup 2x\n")
+    steps = [
+        gpu.Step("tests", ("-c", "print('===== 7 passed, 2 skipped in 3.10s =====')"), 0.5, "stand-in tests"),
+        gpu.Step("ok", ("-c", "import os; print(os.environ['GPU_TEST'])"), 0.5, "succeeds", (("GPU_TEST", "env passed"),)),
+        gpu.Step("bad", ("-c", "raise SystemExit(3)"), 0.5, "fails"),
+        gpu.Step("slow", ("-c", "import time; time.sleep(30)"), 0.02, "hangs"),
+    ]
+    records = gpu.run_steps(steps, out, {"gpu": "Test GPU"})
+    assert [r["status"] for r in records] == ["ok", "ok", "failed (rc 3)", "timed out"]
+    assert records[0]["tests"] == "7 passed, 2 skipped"
+    assert (out / "ok.log").read_text().strip() == "env passed"
+    saved = json.loads((out / "gpu.json").read_text())
+    assert saved["gpu"] == "Test GPU" and [r["name"] for r in saved["steps"]] == ["tests", "ok", "bad", "slow"]
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# GPU evaluation: Test GPU")
+    assert "| bad | failed (rc 3) |" in summary and "| tests | ok (7 passed, 2 skipped) |" in summary
+    assert "## ok" in summary and "### ok section" in summary and "speedup 2x" in summary
+
+
+def test_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"--only: unknown steps \['nope'\]"):
+        gpu.main(["--dry-run", "--only", "gcn,nope", "--out", str(tmp_path)])
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            gpu.main(["--out", str(tmp_path)])
+    assert gpu.gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_only_selects_steps(tmp_path, capsys):
+    assert gpu.main(["--dry-run", "--only", "gcn,gat", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "2 steps" in text and "bench gcn" in text and "bench spmm" not in text and sys.executable not in text
