@@ -17,6 +17,10 @@ module             experiment (``corgnn bench NAME``)
 ``formats``        ``formats``: GCN and SpMM/SDDMM in every sparse format vs CSC
 ``memory``         ``memory``: peak memory of one GCN layer per scheme and for PyG
 ``layers``         ``layers``: PyG's GraphSAGE/GIN/SGC/APPNP vs the same after optimize
+``changing_graphs`` ``changing-graphs``: PyG models on a new graph every call (mini-
+                   batches, sampled subgraphs, fresh tensors, explanation loop, first
+                   call of a process) vs the same after optimize (its own ``measure``
+                   hook)
 ``versus``         what ``gcn`` and ``gat`` share (cells, summary, plots)
 ``common``         dataset lists, size ranges, row queries and tables shared by all
 =================  =================================================================
@@ -38,11 +42,11 @@ adds about half a minute of imports, dataset generation and plots (see
 from __future__ import annotations
 
 from ..spec import ExperimentSpec
-from . import formats, gat, gat_caching, gcn, gcn_layer, layers, memory
+from . import changing_graphs, formats, gat, gat_caching, gcn, gcn_layer, layers, memory
 
 __all__ = ["EXPERIMENTS"]
 
-EXPERIMENTS: tuple[ExperimentSpec, ...] = (gcn_layer.SPEC, gcn.SPEC, gat_caching.SPEC, gat.SPEC, formats.SPEC, memory.SPEC, layers.SPEC)
+EXPERIMENTS: tuple[ExperimentSpec, ...] = (gcn_layer.SPEC, gcn.SPEC, gat_caching.SPEC, gat.SPEC, formats.SPEC, memory.SPEC, layers.SPEC, changing_graphs.SPEC)
 """Every experiment of ``corgnn bench``, in the order of ``all``, of the subcommands
 and of the sections of ``summary.md``."""
 
