@@ -4,6 +4,8 @@
   ``--datasets``/``--sizes``/``--variants`` overrides);
 * :class:`Runner` - measures one comparison group at a time (same experiment,
   dataset and size, one variant each), turning every failure into a missing point;
+  a spec's ``measure`` hook, where it has one, measures the group instead and
+  records its rows through :meth:`Runner.record`;
 * :func:`run_experiments` - the whole run with a progress bar, then
   :func:`write_report`: ``results.csv``/``results.json``, ``summary.md`` (a header,
   then each spec's ``summary``) and each spec's ``plots``;

@@ -17,13 +17,14 @@ module             experiment (``corgnn bench NAME``)
 ``formats``        ``formats``: GCN and SpMM/SDDMM in every sparse format vs CSC
 ``memory``         ``memory``: peak memory of one GCN layer per scheme and for PyG
 ``layers``         ``layers``: PyG's GraphSAGE/GIN/SGC/APPNP vs the same after optimize
-``changing_graphs`` ``changing-graphs``: PyG models on a new graph every call (mini-
-                   batches, sampled subgraphs, fresh tensors, explanation loop, first
-                   call of a process) vs the same after optimize (its own ``measure``
-                   hook)
 ``versus``         what ``gcn`` and ``gat`` share (cells, summary, plots)
 ``common``         dataset lists, size ranges, row queries and tables shared by all
 =================  =================================================================
+
+Module ``changing_graphs``, experiment ``changing-graphs``: PyG models on a new graph
+every call (mini-batches, sampled subgraphs, fresh tensors, an explanation loop, the
+first call of a process) vs the same after optimize; it measures its cells itself
+(its spec's ``measure`` hook).
 
 Every experiment takes ``--quick`` (a few minutes on 2 cores), the full grid by
 default (trimmed to ~26 minutes on 2 cores; each ``SPEC.grids`` says what its full

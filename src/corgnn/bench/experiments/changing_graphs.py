@@ -26,7 +26,9 @@ Cases (``model`` column; the models are in :mod:`corgnn.bench.workloads`):
 
 Every step of the mini-batch and sampled cases sees a graph neither variant has
 seen: each timed round draws new random graphs / new seed nodes (untimed, as a
-DataLoader's workers would) and each variant gets its own tensor copies. The two
+DataLoader's workers would) and each variant gets its own tensor copies (the
+inference case: the same features, a new ``edge_index`` tensor per call; the
+explanation loop: the same tensors, new edge weights every step). The two
 variants are timed in interleaved rounds (one round = :data:`BATCHES_PER_ROUND`
 steps of one variant, then of the other, the order alternating), each step timed
 alone; rows hold the median ms per step, the IQR (``spread_ms``), peak memory of
@@ -108,17 +110,15 @@ class Workload:
     """One case: a PyG model, fresh inputs per step, and what a step does.
 
     Subclasses set ``label`` (the ``dataset`` column), ``synthetic``, ``m`` (input
-    features), ``out`` (output width) and ``fresh`` (whether each variant gets its
-    own copies of every input tensor), and implement :meth:`build`,
+    features) and ``out`` (output width), and implement :meth:`build`,
     :meth:`inputs`, :meth:`step` and :meth:`output`; :meth:`prepare` makes a
-    variant's optimiser state.
+    variant's optimiser state, :meth:`own` a variant's copy of an input.
     """
 
     label: str
     synthetic: bool
     m: int
     out: int
-    fresh = True
 
     def build(self) -> torch.nn.Module:
         raise NotImplementedError
@@ -136,6 +136,11 @@ class Workload:
 
     def output(self, model, state, inp) -> torch.Tensor:
         raise NotImplementedError
+
+    def own(self, inp) -> tuple:
+        """A variant's own copy of step input ``inp`` (default: every tensor cloned,
+        as a DataLoader collates new tensors for every batch)."""
+        return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inp)
 
     @staticmethod
     def size(inp) -> tuple[int, int]:
@@ -218,6 +223,9 @@ class FreshInference(Workload):
     def inputs(self, k, round_):
         return [(self.data.x, self.data.edge_index.clone()) for _ in range(k)]
 
+    def own(self, inp):
+        return inp[0], inp[1].clone()  # the same features, a new edge_index tensor
+
     def prepare(self, model):
         model.eval()
         return None
@@ -234,8 +242,6 @@ class ExplainLoop(Workload):
     """``gcn-explain``: a frozen GCN, a learnable edge mask as ``edge_weight`` (the
     same ``edge_index`` tensor every call; the weights change every step)."""
 
-    fresh = False
-
     def __init__(self, data, hidden: int, seed: int):
         self.data, self.hidden, self.seed = data, hidden, seed
         self.label, self.synthetic = data.name, bool(getattr(data, "synthetic", False))
@@ -246,6 +252,9 @@ class ExplainLoop(Workload):
 
     def inputs(self, k, round_):
         return [(self.data.x, self.data.edge_index)] * k
+
+    def own(self, inp):
+        return inp
 
     def prepare(self, model):
         model.eval()
@@ -303,10 +312,6 @@ class Result:
     edges: float
 
 
-def _copies(inp):
-    return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inp)
-
-
 def _sync(device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -347,21 +352,21 @@ def compare(w: Workload, variants, settings, k: int, seed: int = 0, device=torch
     states = {v: w.prepare(models[v]) for v in VARIANTS}
     check = to(w.inputs(1, _CHECK_ROUND)[0])
     with torch.no_grad():
-        outs = {v: w.output(models[v], states[v], _copies(check)) for v in VARIANTS}
+        outs = {v: w.output(models[v], states[v], w.own(check)) for v in VARIANTS}
     scale = outs["pyg"].abs().max().clamp_min(1e-12)
     diff = {v: float((outs[v] - outs["pyg"]).abs().max() / scale) for v in VARIANTS}
     res = {v: Result(Timing(), diff[v], 0.0, 0.0) for v in variants}
     warm = [to(i) for i in w.inputs(settings.warmup + int(settings.memory), _CHECK_ROUND + 1)]
     for v in variants:
         for inp in warm[: settings.warmup]:
-            inp = _copies(inp) if w.fresh else inp
+            inp = w.own(inp)
             _sync(device)
             t0 = time.perf_counter()
             w.step(models[v], states[v], inp)
             _sync(device)
             res[v].timing.warmup_ms.append((time.perf_counter() - t0) * 1e3)
         if settings.memory:
-            inp = _copies(warm[-1]) if w.fresh else warm[-1]
+            inp = w.own(warm[-1])
             with track_peak(device) as peak:
                 w.step(models[v], states[v], inp)
             res[v].timing.peak_mem_bytes = peak.bytes
@@ -372,7 +377,7 @@ def compare(w: Workload, variants, settings, k: int, seed: int = 0, device=torch
         inputs = [to(i) for i in w.inputs(k, rounds)]
         sizes += [w.size(i) for i in inputs]
         for v in variants if rounds % 2 == 0 else variants[::-1]:
-            mine = [_copies(i) for i in inputs] if w.fresh else inputs
+            mine = [w.own(i) for i in inputs]
             with gc_paused():
                 for inp in mine:
                     _sync(device)
@@ -530,5 +535,9 @@ SPEC = ExperimentSpec(
         "quick": ((MOLECULES, "PubMed", "OGB-Arxiv", "Cora"), {MOLECULES: (32, 128, 512), "PubMed": (512,), "OGB-Arxiv": (512,), "Cora": (16,)}),
         "tiny": ((MOLECULES, "PubMed", "Cora"), {MOLECULES: (4,), "PubMed": (8,), "Cora": (4,)}),
     },
+    # NOTE: extrapolated, not measured idle: the quick run took 3.4 min on this loaded
+    # 2-core VM (steps 5-50x slower than idle); its fixed costs (imports, loading
+    # PubMed and the Arxiv stand-in, drawing batches, two fresh processes) are ~25 s.
+    expected_min={"full": 2.0, "quick": 1.0},
     measure=measure,
 )
