@@ -57,6 +57,7 @@ __all__ = [
     "measure",
     "warm_up",
     "time_interleaved",
+    "gc_paused",
     "peak_step_memory",
     "machine_info",
     "default_mem_cap",
@@ -209,7 +210,9 @@ def _device_of(step: TrainStep) -> torch.device:
 
 
 @contextmanager
-def _gc_paused():
+def gc_paused():
+    """Context manager pausing Python's cyclic garbage collector, as ``timeit`` does
+    (tensors are still freed by reference counting)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -380,7 +383,7 @@ def time_interleaved(steps: dict, timings: dict, settings: Settings = Settings()
             return t.reps < 1
         return t.reps < settings.max_reps and (t.reps < settings.min_reps or spent[k] < settings.budget_s)
 
-    with _gc_paused():
+    with gc_paused():
         while True:
             todo = [k for k in steps if more(k)]
             if not todo:

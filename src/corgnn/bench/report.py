@@ -8,7 +8,9 @@ Results: ``results.csv`` (one row per measurement, :data:`COLUMNS`) and
 * :func:`plot_speedup` - speedup per dataset and hidden size, geometric mean per
   dataset marked in black (paper Figs. "GCN/GAT comparison against baselines");
 * :func:`plot_lines` - a value against the output size, one line per variant
-  (scheme-vs-size and memory figures).
+  (scheme-vs-size and memory figures);
+* :func:`plot_bars` - one bar per labelled case against a reference line
+  (speedups of the ``changing-graphs`` cases).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "plot_stacked",
     "plot_speedup",
     "plot_lines",
+    "plot_bars",
 ]
 
 COLUMNS = (
@@ -52,6 +55,7 @@ COLUMNS = (
     "variant",
     "family",
     "input_grad",
+    "batch",
     "phase",
     "median_ms",
     "spread_ms",
@@ -61,6 +65,7 @@ COLUMNS = (
     "status",
     "reason",
     "scheme_used",
+    "max_rel_diff",
     "cpu",
     "cores",
     "torch_threads",
@@ -77,10 +82,14 @@ COLUMNS = (
 (``median_ms`` per step and ``spread_ms`` = interquartile range, over ``reps`` timed
 steps; ``peak_mem_bytes`` of one step; ``setup_s`` = warm-up time beyond steady
 steps, i.e. compilation and lazy caches), ``status`` ``ok`` or ``missing`` with the
-``reason``, corgnn's ``scheme_used`` per layer, and the machine."""
+``reason``, corgnn's ``scheme_used`` per layer, and the machine. ``batch``: graphs
+per mini-batch or seed nodes per sampled batch (0 or empty: whole-graph cells);
+``max_rel_diff``: largest ``|output - PyG's output| / max |PyG's output|`` of a
+variant on the same input and parameters (experiments that check it, e.g.
+``changing-graphs``)."""
 
-_INT = {"n", "q", "m", "hidden", "out", "heads", "reps", "peak_mem_bytes", "cores", "torch_threads", "numba_threads"}
-_FLOAT = {"median_ms", "spread_ms", "setup_s"}
+_INT = {"n", "q", "m", "hidden", "out", "heads", "batch", "reps", "peak_mem_bytes", "cores", "torch_threads", "numba_threads"}
+_FLOAT = {"median_ms", "spread_ms", "setup_s", "max_rel_diff"}
 _BOOL = {"synthetic", "input_grad"}
 
 
@@ -355,4 +364,29 @@ def plot_lines(series: dict, path: Path, *, title: str, xlabel: str, ylabel: str
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(textwrap.fill(title, 90), fontsize=10)
+    return _save(fig, path)
+
+
+def plot_bars(values: dict, path: Path, *, title: str, ylabel: str, reference: float = 1.0) -> Path | None:
+    """One bar per ``{label: value}`` (in the dict's order; non-finite values left
+    blank), its value written above it, and a dashed line at ``reference``; None when
+    nothing is finite."""
+    if not any(isinstance(v, (int, float)) and math.isfinite(v) for v in values.values()):
+        return None
+    plt = _plt()
+    labels = list(values)
+    ys = [values[k] if isinstance(values[k], (int, float)) and math.isfinite(values[k]) else math.nan for k in labels]
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(labels) + 1.5), 4.2))
+    colors = ["tab:green" if y >= reference else "tab:red" for y in ys]
+    ax.bar(range(len(labels)), ys, 0.7, color=colors)
+    for i, y in enumerate(ys):
+        if math.isfinite(y):
+            ax.text(i, y, f"{y:.2f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(reference, color="black", ls="--", lw=1)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=40, ha="right", fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.set_title(textwrap.fill(title, 80), fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)

@@ -4,6 +4,8 @@
   ``--datasets``/``--sizes``/``--variants`` overrides);
 * :class:`Runner` - measures one comparison group at a time (same experiment,
   dataset and size, one variant each), turning every failure into a missing point;
+  a spec's ``measure`` hook, where it has one, measures the group instead and
+  records its rows through :meth:`Runner.record`;
 * :func:`run_experiments` - the whole run with a progress bar, then
   :func:`write_report`: ``results.csv``/``results.json``, ``summary.md`` (a header,
   then each spec's ``summary``) and each spec's ``plots``;
@@ -46,6 +48,9 @@ class Runner:
         self.args = args
         self.preset = preset
         self.no_memory = {e.name for e in experiments if not e.memory}
+        self.hooks = {e.name: e.measure for e in experiments if e.measure is not None}
+        self.shared: dict = {}
+        """Scratch space of the specs' ``measure`` hooks for the run (e.g. loaded graphs)."""
         s = preset.settings
         over = {k: getattr(args, k) for k in ("warmup", "min_reps", "max_reps", "budget_s", "slow_step_s") if getattr(args, k, None) is not None}
         if getattr(args, "no_memory", False):
@@ -72,44 +77,66 @@ class Runner:
         self.deadline = time.perf_counter() + 60 * minutes if minutes else None
 
     # datasets ---------------------------------------------------------------
-    def dataset(self, name: str) -> GraphData:
-        """The benchmark graph for ``name`` (real when found, else synthetic), cached."""
+    def graph(self, name: str):
+        """The PyG ``Data`` of dataset ``name`` for this run, cached: the real graph
+        when found, else the synthetic stand-in (:func:`corgnn.datasets.load_dataset`);
+        under ``--tiny`` a :data:`~corgnn.bench.spec.TINY_SHAPE` stand-in named
+        ``"<Name> (synthetic, tiny)"``."""
         from ..datasets import canonical_name, load_dataset, synthetic
 
         canon = canonical_name(name)
-        g = self._data.get(canon)
-        if g is None:
+        key = ("data", canon)
+        if key not in self.shared:
             if self.preset.name == "tiny":
                 data = synthetic(canon, self.args.seed, **TINY_SHAPE)
                 data.name = f"{canon} (synthetic, tiny)"
             else:
                 data = load_dataset(canon, self.args.root, self.args.seed)
-            g = self._data[canon] = GraphData.from_pyg(data, self.device)
+            self.shared[key] = data
+        return self.shared[key]
+
+    def dataset(self, name: str) -> GraphData:
+        """:meth:`graph` as the runner's models take it (a cached ``GraphData``)."""
+        from ..datasets import canonical_name
+
+        canon = canonical_name(name)
+        g = self._data.get(canon)
+        if g is None:
+            g = self._data[canon] = GraphData.from_pyg(self.graph(canon), self.device)
         return g
 
     # one cell ---------------------------------------------------------------
-    def _row(self, c: CellSpec, g: GraphData, phase: str, **result) -> None:
-        """Append one result row (:data:`~corgnn.bench.report.COLUMNS`) of cell ``c``."""
-        self.rows.append(
-            {
-                "experiment": c.experiment,
-                "dataset": g.name,
-                "synthetic": g.synthetic,
-                "n": g.n,
-                "q": g.q,
-                "m": g.m,
-                "hidden": c.hidden,
-                "out": c.hidden if c.model in ("gcn-layer",) + OPS else g.num_classes,
-                "heads": GAT_HEADS if c.model == "gat" else 1,
-                "model": c.model,
-                "variant": c.variant,
-                "family": family(c.variant),
-                "input_grad": c.input_grad,
-                **self.machine,
-                "phase": phase,
-                **result,
-            }
+    def record(self, c: CellSpec, phase: str, **fields) -> None:
+        """Append one result row (:data:`~corgnn.bench.report.COLUMNS`) of cell ``c``.
+
+        The cell's fields (experiment, dataset, model, variant, family, hidden,
+        batch, input_grad), the machine and ``phase`` are filled in; ``fields``
+        gives the rest (``n``, ``q``, ``m``, ``out``, ``median_ms``, ``status``...;
+        ``dataset`` and ``heads`` may override the cell's). Columns not given are
+        left empty.
+        """
+        row = dict.fromkeys(report.COLUMNS)
+        row.update(
+            experiment=c.experiment,
+            dataset=c.dataset,
+            hidden=c.hidden,
+            heads=1,
+            model=c.model,
+            variant=c.variant,
+            family=family(c.variant),
+            input_grad=c.input_grad,
+            batch=c.batch,
+            reason="",
+            scheme_used="",
         )
+        row.update(self.machine)
+        row.update(fields, phase=phase)
+        self.rows.append(row)
+
+    def _row(self, c: CellSpec, g: GraphData, phase: str, **result) -> None:
+        """:meth:`record` with the shape of graph ``g``."""
+        out = c.hidden if c.model in ("gcn-layer",) + OPS else g.num_classes
+        self.record(c, phase, dataset=g.name, synthetic=g.synthetic, n=g.n, q=g.q, m=g.m, out=out, heads=GAT_HEADS if c.model == "gat" else 1, **result)
 
     def _missing(self, c: CellSpec, g: GraphData, reason: str) -> None:
         for phase in self._phases(c):
@@ -167,6 +194,9 @@ class Runner:
         timed interleaved (:func:`~corgnn.bench.harness.time_interleaved`). Any
         failure makes that variant a missing point with its reason; the others go on.
         """
+        hook = self.hooks.get(cells[0].experiment)
+        if hook is not None:
+            return self._run_hook(hook, cells)
         g = self.dataset(cells[0].dataset)
         ready: dict = {}
         try:
@@ -195,6 +225,27 @@ class Runner:
             gc.collect()  # cheap: run_experiments froze the long-lived objects (gc.freeze)
 
 
+    def _run_hook(self, hook, cells: list[CellSpec]) -> None:
+        """A spec's own ``measure`` hook on one group; a deadline passed or an
+        exception makes the group's cells (those without rows yet) missing points."""
+        reason = None
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            reason = f"skipped: the run passed its --deadline-min of {self.args.deadline_min:g} min"
+        else:
+            start = len(self.rows)
+            try:
+                hook(cells, self)
+            except Exception as e:  # noqa: BLE001 - a failing group is a missing point, the run goes on
+                reason = self._failure(e, False)
+                done = {(r["model"], r["variant"]) for r in self.rows[start:]}
+                cells = [c for c in cells if (c.model, c.variant) not in done]
+            finally:
+                gc.collect()
+        if reason is not None:
+            for c in cells:
+                self.record(c, "total", median_ms=math.nan, spread_ms=math.nan, reps=0, setup_s=math.nan, status="missing", reason=reason)
+
+
 def plan_cells(experiments: list[ExperimentSpec], args, preset: Preset) -> list[CellSpec]:
     """Every cell the run will measure, in order: each spec's grid for ``preset``,
     with ``args.datasets`` / ``args.sizes`` replacing its datasets / sizes and only the
@@ -205,7 +256,8 @@ def plan_cells(experiments: list[ExperimentSpec], args, preset: Preset) -> list[
     for e in experiments:
         datasets, sizes = e.grids[preset.name]
         if args.datasets:
-            datasets = tuple(canonical_name(d) for d in args.datasets)
+            own = {d.lower(): d for grid in e.grids.values() for d in grid[0]}  # names of its own (e.g. "molecules")
+            datasets = tuple(own.get(d.lower()) or canonical_name(d) for d in args.datasets)
         if args.sizes:
             sizes = tuple(args.sizes)
         for c in e.plan(datasets, sizes):

@@ -50,6 +50,9 @@ class CellSpec:
             :class:`~corgnn.bench.harness.TrainStep`.
         kind: ``"step"`` (timed training step + memory), ``"memory"`` (memory only)
             or ``"op"`` (one sparse product, forward only).
+        batch: graphs per mini-batch or seed nodes per sampled batch (0: the cell
+            runs on the whole graph); what an experiment with a ``measure`` hook
+            varies instead of ``hidden``.
         experiment, dataset: filled in by :meth:`ExperimentSpec.plan`.
     """
 
@@ -59,6 +62,7 @@ class CellSpec:
     input_grad: bool = False
     loss: str = "mse"
     kind: str = "step"
+    batch: int = 0
     experiment: str = ""
     dataset: str = ""
 
@@ -86,6 +90,15 @@ class ExperimentSpec:
             printed before a run; see ``benchmarks/README.md``); absent = unknown.
         memory: whether its steps also measure peak memory (one extra profiled step
             per cell); the ``kind="memory"`` cells always do.
+        measure: runner hook, None for the runner's own measurement (a
+            :class:`~corgnn.bench.harness.TrainStep` of a model of
+            :mod:`corgnn.bench.baselines` on one fixed graph). Otherwise
+            ``measure(cells, runner)`` measures one comparison group itself (cells
+            that differ only in ``variant``; datasets, models and steps of its own
+            choosing) and records one or more rows per cell with
+            :meth:`~corgnn.bench.runner.Runner.record` (``runner.settings``,
+            ``runner.preset``, ``runner.args`` and ``runner.shared`` are there for
+            it); an exception it raises makes the group's cells missing points.
     """
 
     name: str
@@ -96,6 +109,7 @@ class ExperimentSpec:
     grids: Mapping[str, Grid]
     expected_min: Mapping[str, float] = field(default_factory=dict)
     memory: bool = True
+    measure: Callable[[list[CellSpec], object], None] | None = None
 
     def plan(self, datasets: Iterable[str], sizes: Sizes) -> list[CellSpec]:
         """Cells for ``datasets`` x ``sizes``, grouped by dataset."""

@@ -21,6 +21,11 @@ module             experiment (``corgnn bench NAME``)
 ``common``         dataset lists, size ranges, row queries and tables shared by all
 =================  =================================================================
 
+Module ``changing_graphs``, experiment ``changing-graphs``: PyG models on a new graph
+every call (mini-batches, sampled subgraphs, fresh tensors, an explanation loop, the
+first call of a process) vs the same after optimize; it measures its cells itself
+(its spec's ``measure`` hook).
+
 Every experiment takes ``--quick`` (a few minutes on 2 cores), the full grid by
 default (trimmed to ~26 minutes on 2 cores; each ``SPEC.grids`` says what its full
 grid leaves out), and the hidden ``--tiny`` (tests). Output:
@@ -38,11 +43,11 @@ adds about half a minute of imports, dataset generation and plots (see
 from __future__ import annotations
 
 from ..spec import ExperimentSpec
-from . import formats, gat, gat_caching, gcn, gcn_layer, layers, memory
+from . import changing_graphs, formats, gat, gat_caching, gcn, gcn_layer, layers, memory
 
 __all__ = ["EXPERIMENTS"]
 
-EXPERIMENTS: tuple[ExperimentSpec, ...] = (gcn_layer.SPEC, gcn.SPEC, gat_caching.SPEC, gat.SPEC, formats.SPEC, memory.SPEC, layers.SPEC)
+EXPERIMENTS: tuple[ExperimentSpec, ...] = (gcn_layer.SPEC, gcn.SPEC, gat_caching.SPEC, gat.SPEC, formats.SPEC, memory.SPEC, layers.SPEC, changing_graphs.SPEC)
 """Every experiment of ``corgnn bench``, in the order of ``all``, of the subcommands
 and of the sections of ``summary.md``."""
 
