@@ -232,6 +232,8 @@ def train_distributed(cfg: TrainConfig, nproc: int, partition: str = "auto", *, 
         raise ValueError(f"--nproc {nproc} CPU ranks on a machine with {cores} cores; give --oversubscribe to run them anyway")
     if torch.device(cfg.device).type == "cuda" and nproc > torch.cuda.device_count():
         raise ValueError(f"nproc={nproc} ranks need as many GPUs, found {torch.cuda.device_count()}")
+    if port is not None:
+        check_port_free(port)
     find_data_root(cfg.dataset, cfg.root)  # (a missing dataset fails here, not in every rank)
     if cfg.checkpoint:
         check_writable(cfg.checkpoint, "--checkpoint")
@@ -239,8 +241,6 @@ def train_distributed(cfg: TrainConfig, nproc: int, partition: str = "auto", *, 
         load_checkpoint(cfg.checkpoint, cfg, nproc)
     if port is None:
         port = free_port()
-    else:
-        check_port_free(port)
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
