@@ -56,14 +56,16 @@ def save_checkpoint(path: str, state: dict) -> None:
         raise
 
 
-def load_checkpoint(path: str, cfg, world_size: int = 1) -> dict:
-    """The checkpoint at ``path``, checked against the run that resumes it.
+def load_checkpoint(path: str, cfg, world_size: int | None = None, partition: str | None = None) -> dict:
+    """The checkpoint at ``path``, checked against the run that resumes it:
+    single-process (``world_size`` None) or partitioned over ``world_size`` ranks
+    split by ``partition``.
 
     Raises:
         FileNotFoundError: no file at ``path``.
         ValueError: not a corgnn checkpoint, or written by a run with other settings
-            (:data:`COMPATIBLE_FIELDS`), another number of ranks, or more epochs
-            than ``cfg.epochs``.
+            (:data:`COMPATIBLE_FIELDS`), another number of ranks or node split, or
+            more epochs than ``cfg.epochs``.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--resume: no checkpoint at {path}")
@@ -76,8 +78,13 @@ def load_checkpoint(path: str, cfg, world_size: int = 1) -> dict:
     diff = [f"{k}={ck['config'].get(k)!r} (now {getattr(cfg, k)!r})" for k in COMPATIBLE_FIELDS if ck["config"].get(k) != getattr(cfg, k)]
     if diff:
         raise ValueError(f"--resume: {path} was written with other settings: {', '.join(diff)}")
+    def runs(w):
+        return "single-process training" if w is None else f"{w} rank(s)"
+
     if ck["world_size"] != world_size:
-        raise ValueError(f"--resume: {path} was written by {ck['world_size']} rank(s), this run has {world_size}")
+        raise ValueError(f"--resume: {path} was written by {runs(ck['world_size'])}, this run is {runs(world_size)}")
+    if world_size is not None and ck["shared"].get("partition") != partition:
+        raise ValueError(f"--resume: {path} was written with --partition {ck['shared'].get('partition')}, not {partition}")
     if ck["epoch"] > cfg.epochs:
         raise ValueError(f"--resume: {path} is at epoch {ck['epoch']}, past --epochs {cfg.epochs}")
     return ck

@@ -18,6 +18,7 @@ NCCL for ``device="cuda"``, one GPU per rank); under ``torchrun``,
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import tempfile
@@ -62,6 +63,8 @@ def check_distributed(cfg: TrainConfig) -> TrainConfig:
 
 
 class _Partitioned(Trainer):
+    partitioned = True
+
     def __init__(self, dmodel, optimizer, device, x_own, y_own, masks, n_train, halo):
         self.dmodel, self.model, self.optimizer, self.device = dmodel, dmodel.model, optimizer, device
         self.x_own, self.y_own, self.masks, self.n_train, self.halo = x_own, y_own, masks, n_train, halo
@@ -112,9 +115,7 @@ def train_rank(cfg: TrainConfig, partition: str = "auto") -> TrainResult:
     """
     cfg = check_distributed(cfg)
     rank, world = dist.get_rank(), dist.get_world_size()
-    resume = load_checkpoint(cfg.checkpoint, cfg, world) if cfg.resume else None
-    if resume is not None and resume["shared"].get("partition") != partition:
-        raise ValueError(f"--resume: {cfg.checkpoint} was written with --partition {resume['shared'].get('partition')}, not {partition}")
+    resume = load_checkpoint(cfg.checkpoint, cfg, world, partition) if cfg.resume else None
     device = torch.device(cfg.device)
     data, x = load_features(cfg)
     torch.manual_seed(cfg.seed)
@@ -238,17 +239,22 @@ def train_distributed(cfg: TrainConfig, nproc: int, partition: str = "auto", *, 
     if cfg.checkpoint:
         check_writable(cfg.checkpoint, "--checkpoint")
     if cfg.resume:
-        load_checkpoint(cfg.checkpoint, cfg, nproc)
+        load_checkpoint(cfg.checkpoint, cfg, nproc, partition)
     if port is None:
         port = free_port()
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         out_path = os.path.join(tmp, "result.json")
+        spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+        level = spawn_log.level
+        spawn_log.setLevel(logging.ERROR)  # (its "Terminating process ..." lines would precede our one-line error)
         try:
             mp.spawn(_worker, args=(nproc, port, cfg, partition, out_path), nprocs=nproc, join=True)
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
             raise _rank_failure(e, cfg) from None
+        finally:
+            spawn_log.setLevel(level)
         with open(out_path) as f:
             return TrainResult(**json.load(f))
 

@@ -44,14 +44,15 @@ def progress_bar(iterable, *, desc: str, unit: str, file=None):
 class Trainer:
     """What :func:`fit` drives. Subclasses set ``model`` (the module whose parameters
     are trained and checkpointed), ``optimizer`` and ``device``, and implement
-    :meth:`step` and :meth:`evaluate`; partitioned trainers also set ``rank`` and
-    ``world_size`` and override :meth:`gather`."""
+    :meth:`step` and :meth:`evaluate`; partitioned trainers also set ``rank``,
+    ``world_size`` and ``partitioned`` and override :meth:`gather`."""
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     device: torch.device
     rank: int = 0
     world_size: int = 1
+    partitioned: bool = False
 
     def step(self) -> torch.Tensor:
         """One epoch of training (forward, backward, optimizer steps); returns the loss (0-dim)."""
@@ -107,7 +108,7 @@ def _save(trainer: Trainer, cfg, h: History, shared: dict) -> None:
     save_checkpoint(cfg.checkpoint, {
         "format": "corgnn-train-checkpoint",
         "config": asdict(cfg),
-        "world_size": trainer.world_size,
+        "world_size": trainer.world_size if trainer.partitioned else None,
         "epoch": h.epoch,
         "history": {**asdict(h), "resumed_from": None},
         "model": trainer.model.state_dict(),
