@@ -60,10 +60,12 @@ def test_resume_refuses_another_run(tmp_path, capsys):
     ck = tmp_path / "c.ckpt"
     assert main(["train", "--no-progress", "--epochs", "2", "--checkpoint", str(ck)]) == 0
     capsys.readouterr()
-    for args, what in ((["--dropout", "0.1"], "dropout"), (["--nproc", "1"], "this run is 1 rank(s)"), (["--epochs", "1"], "past --epochs")):
+    for args, what in ((["--dropout", "0.1"], "dropout"), (["--nproc", "1"], "this run is 1 rank(s)"), (["--epochs", "1"], "nothing left to train")):
         assert main(["train", "--no-progress", "--epochs", "2", "--checkpoint", str(ck), "--resume", *args]) == 2
         err = capsys.readouterr().err
         assert what in err and len(err.strip().splitlines()) == 1, err
+    assert main(["train", "--no-progress", "--epochs", "2", "--checkpoint", str(ck), "--resume"]) == 2
+    assert "nothing left to train with --epochs 2" in capsys.readouterr().err
     assert main(["train", "--no-progress", "--checkpoint", str(tmp_path / "none.ckpt"), "--resume"]) == 2
     assert "no checkpoint at" in capsys.readouterr().err
     assert main(["train", "--no-progress", "--resume"]) == 2

@@ -65,7 +65,7 @@ def load_checkpoint(path: str, cfg, world_size: int | None = None, partition: st
         FileNotFoundError: no file at ``path``.
         ValueError: not a corgnn checkpoint, or written by a run with other settings
             (:data:`COMPATIBLE_FIELDS`), another number of ranks or node split, or
-            more epochs than ``cfg.epochs``.
+            at ``cfg.epochs`` or past it.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--resume: no checkpoint at {path}")
@@ -85,6 +85,6 @@ def load_checkpoint(path: str, cfg, world_size: int | None = None, partition: st
         raise ValueError(f"--resume: {path} was written by {runs(ck['world_size'])}, this run is {runs(world_size)}")
     if world_size is not None and ck["shared"].get("partition") != partition:
         raise ValueError(f"--resume: {path} was written with --partition {ck['shared'].get('partition')}, not {partition}")
-    if ck["epoch"] > cfg.epochs:
-        raise ValueError(f"--resume: {path} is at epoch {ck['epoch']}, past --epochs {cfg.epochs}")
+    if ck["epoch"] >= cfg.epochs:
+        raise ValueError(f"--resume: {path} is at epoch {ck['epoch']}, nothing left to train with --epochs {cfg.epochs}")
     return ck

@@ -285,6 +285,8 @@ def run_cli(cfg: TrainConfig, nproc: "int | None", torchrun: bool, partition: st
     if port is not None:
         raise ValueError("--port is for --nproc; under torchrun the rendezvous is MASTER_PORT")
     check_distributed(cfg)
+    if cfg.checkpoint and os.environ.get("RANK") == "0":  # (rank 0 writes it)
+        check_writable(cfg.checkpoint, "--checkpoint")
     _check_torchrun_port()
     init_from_env(cfg.device)
     try:
