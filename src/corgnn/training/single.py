@@ -16,7 +16,7 @@ from .config import TrainConfig, TrainResult, check_writable
 from .loop import Trainer, fit
 from .minibatch import minibatch_epoch
 
-__all__ = ["train", "load_features", "model_for", "history_result"]
+__all__ = ["train", "load_features", "model_for", "history_result", "median_ms"]
 
 
 def load_features(cfg: TrainConfig):
