@@ -120,7 +120,7 @@ def _worker(rank, world, port, out_dir):
 
     import torch.distributed as dist
 
-    from corgnn.distributed import train_rank
+    from corgnn.training import train_rank
     from corgnn.train import TrainConfig
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -16,7 +16,7 @@ import os
 import sys
 
 SUBCOMMANDS = {
-    "train": ("corgnn.train", "train a 2-layer GCN (or GAT) on a real Planetoid dataset"),
+    "train": ("corgnn.training.cli", "train a 2-layer GCN (or GAT) on a real Planetoid dataset"),
     "explain": ("corgnn.explain", "print the cost tables and scheme choices for sizes or a dataset"),
     "bench": ("corgnn.bench.cli", "benchmarks against PyTorch Geometric"),
 }

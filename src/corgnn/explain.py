@@ -20,6 +20,7 @@ import torch
 
 from .cost.gcn import plan_gcn
 from .cost.io import IO_FORMATS, MatrixStats, choose_format
+from .nn.models import MODELS, build_model
 
 __all__ = ["add_arguments", "run", "explain_gcn", "explain_formats", "explain_partitioned", "explain_model"]
 
@@ -141,7 +142,7 @@ def add_arguments(p) -> None:
     p.add_argument("--nproc", type=int, default=None, help="with --dataset: split the graph over N ranks and add the halo-exchange term")
     p.add_argument("--partition", default="auto", choices=("auto", "metis", "range"), help="node split for --nproc (default auto)")
     p.add_argument("--network-gbps", type=float, default=10.0, help="network bandwidth per rank for --nproc, Gbit/s (default 10)")
-    p.add_argument("--model", choices=("sage", "gin", "sgc", "appnp"), default=None,
+    p.add_argument("--model", choices=tuple(n for n in MODELS if n not in ("gcn", "gat")), default=None,
                    help="with --dataset: the plans of that corgnn train model's layers in a training call (instead of the GCN's)")
 
 
@@ -150,12 +151,11 @@ def explain_model(model: str, dataset: str, root=None, hidden: int | None = None
     model ``model`` in one training-mode call on ``dataset`` (row-normalised features)."""
     from .datasets import load_planetoid
     from .graph import Graph
-    from .train import TrainConfig, build_model
-
+    if hidden is not None and hidden < 1:
+        raise ValueError(f"--hidden must be >= 1, got {hidden}")
     data = load_planetoid(dataset, root)
-    cfg = TrainConfig(model=model, hidden=hidden).resolved()
     x = data.x / data.x.sum(1, keepdim=True).clamp_min(1.0)
-    net = build_model(cfg, x.size(1), int(data.y.max()) + 1)
+    net = build_model(model, x.size(1), int(data.y.max()) + 1, hidden=hidden)
     net(x, Graph(data.edge_index, num_nodes=data.num_nodes))
     tables = [
         (f"{name} ({type(m).__name__}, its aggregation + Linear as a GCN product):\n" if hasattr(m.last_plan, "scheme") else "") + m.last_plan.table()
@@ -164,9 +164,20 @@ def explain_model(model: str, dataset: str, root=None, hidden: int | None = None
     return f"{data.name}: {model} model of corgnn train, one training call\n\n" + "\n\n".join(tables)
 
 
+def _check_sizes(args) -> None:
+    """ValueError naming the first size argument that cannot describe a GCN layer."""
+    for name in ("n", "q", "m", "k", "hidden", "f", "nproc"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise ValueError(f"--{name} must be >= 1, got {v}")
+    if args.n is not None and args.q is not None and args.q > args.n * args.n:
+        raise ValueError(f"--q {args.q} entries do not fit in an n x n matrix with --n {args.n} (at most {args.n * args.n})")
+    if args.max_degree is not None and args.max_degree < 0:
+        raise ValueError(f"--max-degree must be >= 0, got {args.max_degree}")
+
+
 def run(args) -> int:
-    if args.f < 1:
-        raise ValueError(f"--f must be >= 1, got {args.f}")
+    _check_sizes(args)
     if args.model:
         if not args.dataset:
             raise ValueError("--model needs --dataset")
