@@ -9,7 +9,7 @@ import torch
 import corgnn
 from corgnn.cost.comm import PARTITIONED_SCHEMES, plan_partitioned_gcn
 from corgnn.distributed import build_partitions, edge_cut, partition_nodes
-from corgnn.distributed.train import _free_port
+from corgnn.distributed.train import free_port
 
 
 def _random_graph(n=60, q=300, seed=0):
@@ -155,7 +155,7 @@ def cora_runs(tmp_path_factory):
     assert main(["train", "--nproc", "1", "--epochs", "5", "--dropout", "0", "--no-progress", "--json", str(out / "cli.json")]) == 0
     runs[("gcn", 1)] = json.loads((out / "cli.json").read_text())
     for world in (2, 3):
-        torch.multiprocessing.spawn(_worker, args=(world, _free_port(), str(out)), nprocs=world, join=True)
+        torch.multiprocessing.spawn(_worker, args=(world, free_port(), str(out)), nprocs=world, join=True)
         for m in ("gcn", "gat"):
             runs[(m, world)] = json.loads((out / f"{m}-{world}.json").read_text())
     return {m: r.extra for m, r in single.items()}, {k: (r["schemes"], r["extra"]) for k, r in runs.items()}

@@ -151,7 +151,7 @@ def run(args) -> int:
 
     import torch.multiprocessing as mp
 
-    from ..distributed.train import _free_port
+    from ..distributed.train import free_port
 
     if args.epochs < 1 or any(n < 1 for n in args.nproc):
         raise ValueError("--epochs and --nproc must be >= 1")
@@ -160,7 +160,7 @@ def run(args) -> int:
     for nproc in args.nproc:
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "rows.json")
-            mp.spawn(_worker, args=(nproc, _free_port(), cells, args.epochs, args.root, out), nprocs=nproc, join=True)
+            mp.spawn(_worker, args=(nproc, free_port(), cells, args.epochs, args.root, out), nprocs=nproc, join=True)
             rows += json.loads(Path(out).read_text())
         print(f"nproc {nproc}: {len(cells)} cells done")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-_free_port = free_port  # (former name, kept for callers)
 
 
 def check_port_free(port: int, host: str = "127.0.0.1") -> None:
