@@ -1,14 +1,15 @@
 """Kernel backends (see :mod:`corgnn.sparse.dispatch`): ``numba`` (CPU kernels),
-``torch`` (portable reference), ``triton`` (GPU slot). Importing this package
-registers all three."""
+``torch`` (portable reference), ``triton`` (GPU). :data:`BACKENDS` holds one
+instance of each, which dispatch registers; :mod:`.base` is what they implement.
 
-from ..dispatch import register_backend
+Backends import :mod:`.base`, :mod:`corgnn.sparse.rng` and the formats only, never
+dispatch, the library or the public ops (``tests/test_imports.py``)."""
+
+from .base import Backend, Case
 from .numba_cpu import NumbaBackend
 from .torch_ref import TorchBackend
 from .triton import TritonBackend
 
-register_backend(NumbaBackend())
-register_backend(TorchBackend())
-register_backend(TritonBackend())
+BACKENDS: tuple[Backend, ...] = (NumbaBackend(), TorchBackend(), TritonBackend())
 
-__all__ = ["NumbaBackend", "TorchBackend", "TritonBackend"]
+__all__ = ["BACKENDS", "Backend", "Case", "NumbaBackend", "TorchBackend", "TritonBackend"]

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..attention import dropout_kernel_args
-from ..dispatch import Backend, Case
+from ..rng import dropout_kernel_args
+from .base import Backend, Case
 from . import numba_gat_kernels as gk
 from . import numba_kernels as k
 
