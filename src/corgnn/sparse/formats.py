@@ -49,6 +49,8 @@ def check_shape(shape, what: str) -> tuple[int, int]:
         TypeError: not a pair of ints.
         ValueError: a negative size.
     """
+    if torch.compiler.is_compiling():  # symbolic sizes while tracing (the traced paths build their arrays in the library)
+        return tuple(shape)
     try:
         n, m = shape
     except (TypeError, ValueError):
@@ -251,6 +253,45 @@ class SparseFormat:
             plan = self._plans[key] = self._make_row_plan(key)
         return plan
 
+    def set_row_plan(self, transpose: bool, ptr: torch.Tensor, idx: torch.Tensor, perm: torch.Tensor | None = None) -> None:
+        """Install a precomputed compressed-row walk of ``op(A)`` (what
+        :meth:`row_plan` would build): ``ptr (rows(op(A))+1,)``, ``idx`` and ``perm``
+        ``(q,)`` int64 on this format's device (``perm=None``: the walk follows the
+        format's own entry order). The arrays are trusted (library-built): only
+        their shapes are checked; per-entry arrays may run past ``ptr[-1]``
+        (padding that is never read). Plans hold the pattern only, so copies made by
+        ``with_values`` share them.
+
+        Raises:
+            TypeError / ValueError: an array of another dtype, dimension or length.
+        """
+        what = f"{type(self).__name__}.set_row_plan"
+        rows = self.shape[1] if transpose else self.shape[0]
+        check_index(ptr, "ptr", what)
+        check_index(idx, "idx", what, device=ptr.device)
+        if not torch.compiler.is_compiling() and ptr.numel() != rows + 1:
+            raise ValueError(f"{what}: ptr must have shape ({rows + 1},) for op(A) with {rows} rows, got {tuple(ptr.shape)}")
+        if perm is not None:
+            check_index(perm, "perm", what, device=ptr.device)
+            if perm.shape != idx.shape:
+                raise ValueError(f"{what}: perm must have idx's shape {tuple(idx.shape)}, got {tuple(perm.shape)}")
+        self._plans[bool(transpose)] = (ptr, idx, perm)
+
+    def spmm_kernel(self, val: torch.Tensor | None, transpose: bool):
+        """This format's own kernel for ``op(A) @ B`` with entry values ``val``:
+        ``(name, args)`` of the :mod:`corgnn.sparse.library` op to call as
+        ``op(*args, B)``, or ``None`` to walk :meth:`row_plan` (the default, and every
+        format's choice for ``A^T B``). A new format with its own kernels overrides
+        this (and :meth:`sddmm_kernels`) in its own file."""
+        return None
+
+    def sddmm_kernels(self, val: torch.Tensor | None):
+        """This format's own SDDMM kernels: a list of ``(name, args)`` of
+        :mod:`corgnn.sparse.library` ops, each called as ``op(*args, B, Ct)``, whose
+        outputs concatenated are the per-entry results in this format's order; or
+        ``None`` to walk the row plans (the default)."""
+        return None
+
     def _make_row_plan(self, transpose: bool):
         coo = self.to_coo()
         row, col = (coo.col, coo.row) if transpose else (coo.row, coo.col)
@@ -330,6 +371,10 @@ class COO(SparseFormat):
     @classmethod
     def from_format(cls, A):
         return A.to_coo()
+
+    def sddmm_kernels(self, val):
+        # NOTE: COO SDDMM runs per entry: as fast as the row walk and needs no sorted order.
+        return [("sddmm_coo", (self.row, self.col, val))]
 
     def _make_row_plan(self, transpose: bool):
         if self.sorted and not transpose:
