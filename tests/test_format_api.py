@@ -90,3 +90,13 @@ def test_every_format_answers_the_kernel_questions(fmt):
     assert A.spmm_kernel(A.val, True) is None  # A^T B always walks the row plan
     parts = A.sddmm_kernels(A.val)
     assert parts is None or all(isinstance(name, str) for name, _ in parts)
+
+
+def test_one_list_of_formats():
+    # issue 22 item 3: the cost model and the benchmarks read the registry's list
+    from corgnn.bench.experiments import formats as experiment
+    from corgnn.bench import spmm as bench
+    from corgnn.cost.io import IO_FORMATS, SPARSE_ARRAYS
+
+    assert IO_FORMATS == bench.FORMATS == experiment.FORMATS == FORMAT_NAMES == tuple(FORMATS)
+    assert set(SPARSE_ARRAYS) == set(FORMAT_NAMES)

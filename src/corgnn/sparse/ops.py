@@ -30,6 +30,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from . import library as L
 from .formats import SparseFormat
+from .registry import FORMATS
 
 __all__ = ["spmm", "sddmm", "edge_softmax"]
 
@@ -213,7 +214,8 @@ _Ones = _OnesType()
 
 def _check_sparse(A):
     if not isinstance(A, SparseFormat):
-        raise TypeError(f"A must be a corgnn sparse format (COO, CSR, CSC, ELL, Hybrid), got {type(A).__name__}")
+        names = ", ".join(cls.__name__ for cls in FORMATS.values())
+        raise TypeError(f"A must be a corgnn sparse format ({names}), got {type(A).__name__}")
 
 
 def _check_dense(name: str, t, device) -> None:
