@@ -119,7 +119,7 @@ class ELL(SparseFormat):
             p = self.col.size(1)
             stored = torch.arange(p, device=self.col.device) < self.lengths.unsqueeze(1)
             lo_len, hi_len, bad_pad, bad_col, nnz = index_stats(
-                *(torch.aminmax(self.lengths) if n else (torch.zeros((), dtype=torch.long),) * 2),
+                *(torch.aminmax(self.lengths) if n else (torch.zeros((), dtype=torch.long, device=self.col.device),) * 2),
                 (self.col[~stored] != -1).sum(),
                 ((self.col < 0) | (self.col >= m))[stored].sum(),
                 self.lengths.sum(),
