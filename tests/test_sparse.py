@@ -243,7 +243,7 @@ def test_ell_kernel_and_row_plan_agree(monkeypatch, case, dtype):
     R3, v3 = torch.randn(n, 2, 5, dtype=dtype), torch.randn(E.nnz, 2, dtype=dtype)
     results = []
     for limit in (float("inf"), 0.0):
-        monkeypatch.setattr(ops, "ELL_KERNEL_MAX_PADDING", limit)
+        monkeypatch.setattr(ELL, "kernel_max_padding", limit)
         results.append([spmm(E, B), spmm(E.with_values(None), B), spmm(E, B3, values=v3), sddmm(E, R, B.t()), sddmm(E, R3, M3, values=v3)])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, **TOL[dtype])

@@ -341,7 +341,7 @@ class Graph:
                     self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_REMAINING if add_self_loops else build.LOOPS_KEEP,
                     fill=2.0 if improved else 1.0, norm=build.NORM_SYMMETRIC if normalize else build.NORM_NONE,
                 )
-                csr = CSR(ptr, col, val, (n, n))
+                csr = CSR(ptr, col, val, (n, n), check=False)
                 self._cache.setdefault(("gcn-entry", add_self_loops), entry)
             else:
                 ei, ew = gcn_edge_weights(
@@ -419,7 +419,7 @@ class Graph:
                     self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_DIAGONAL if diagonal else build.LOOPS_KEEP, fill=0.0,
                     norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
                 )
-                csr = self._cache[key] = CSR(ptr, col, val, (n, n))
+                csr = self._cache[key] = CSR(ptr, col, val, (n, n), check=False)
             else:
                 ei, w = self._edges(), aggr_edge_weights(self.edge_index, ew, n, aggr, dtype)
                 if diagonal:
@@ -443,7 +443,7 @@ class Graph:
                 ptr, col, _, entry = build.adjacency_csr(
                     self._edges(), None, n, dtype=torch.float32, loops=build.LOOPS_REPLACE if add_self_loops else build.LOOPS_KEEP, coalesce=False,
                 )
-                csr = CSR(ptr, col, None, (n, n))
+                csr = CSR(ptr, col, None, (n, n), check=False)
                 self._cache[("gat-entry", add_self_loops)] = entry
             else:
                 ei, _ = self.gat_edges(add_self_loops=add_self_loops)
@@ -710,9 +710,9 @@ def _padded(t: torch.Tensor, size: int) -> torch.Tensor:
 def _csr_with_dual(rowptr, col, val, colptr, row, perm, n: int) -> CSR:
     """A CSR whose row plans (``A`` and ``A^T``) are the given arrays, no lazy work
     left. Its per-entry arrays may carry padding past ``rowptr[-1]`` (never read)."""
-    A = CSR(rowptr, col, val, (n, n))
-    A._plans[False] = (rowptr, col, None)
-    A._plans[True] = (colptr, row, perm)
+    A = CSR(rowptr, col, val, (n, n), check=False)
+    A.set_row_plan(False, rowptr, col, None)
+    A.set_row_plan(True, colptr, row, perm)
     return A
 
 

@@ -72,6 +72,8 @@ from pathlib import Path
 
 import torch
 
+from ..sparse.registry import FORMAT_NAMES
+
 __all__ = ["add_arguments", "run", "bench_graph", "stream_bandwidth", "dataset_name", "BenchRow", "DATASETS", "FEATURES", "FORMATS", "SBM"]
 
 SBM = "SBM"
@@ -79,7 +81,7 @@ SBM = "SBM"
 DATASETS = ("Cora", "CiteSeer", "PubMed", "Flickr", "OGB-Arxiv", SBM)
 REAL = ("Cora", "CiteSeer")
 FEATURES = (16, 64, 256)
-FORMATS = ("csr", "csc", "coo", "ell", "hybrid")
+FORMATS = FORMAT_NAMES  # the list of corgnn.sparse.registry
 OPS = ("spmm", "sddmm")
 QUICK = dict(datasets=("Cora", "CiteSeer", "PubMed", "OGB-Arxiv"), features=(64,), repeats=3)
 """``--quick``: PubMed (~0.1 M non-zeros, a few seconds) is cheap beside the OGB-Arxiv

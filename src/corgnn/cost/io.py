@@ -65,6 +65,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..sparse.registry import FORMAT_NAMES
+
 __all__ = [
     "IO_FORMATS",
     "IOCost",
@@ -76,7 +78,9 @@ __all__ = [
     "ELL_MAX_PADDING",
 ]
 
-IO_FORMATS = ("csr", "csc", "coo", "ell", "hybrid")
+IO_FORMATS: tuple[str, ...] = FORMAT_NAMES
+"""The modelled formats: every format of :data:`corgnn.sparse.FORMATS` (each has its
+sparse-array terms in :data:`SPARSE_ARRAYS`)."""
 _OPS = ("spmm", "sddmm")
 _WORD = 4  # bytes per value and per index (paper)
 
@@ -120,6 +124,26 @@ def _check(op, format, n, nnz, f, max_degree, coo_nnz):
             raise ValueError(f"coo_nnz must be in [0, nnz={nnz}], got {coo_nnz}")
 
 
+def _compressed(ptr: str, idx: str):
+    return lambda n, q, p, q2: [("values", q), (ptr, n + 1), (idx, q)]
+
+
+SPARSE_ARRAYS = {
+    "csr": _compressed("row pointers", "columns"),
+    "csc": _compressed("column pointers", "rows"),
+    "coo": lambda n, q, p, q2: [("values", q), ("rows", q), ("columns", q)],
+    "ell": lambda n, q, p, q2: [("V (n x p)", n * p), ("Col (n x p)", n * p)],
+    "hybrid": lambda n, q, p, q2: [
+        ("CSR values", q - q2), ("row pointers", n + 1), ("CSR columns", q - q2), ("COO values, rows, columns", 3 * q2),
+    ],
+}
+"""Format name -> ``(n, nnz, max_degree, coo_nnz) -> [(array, words)]``: the sparse
+arrays one call reads (module docstring). A new format adds its entry here."""
+
+if set(SPARSE_ARRAYS) != set(IO_FORMATS):  # pragma: no cover - a format without an I/O model
+    raise ImportError(f"cost.io models {sorted(SPARSE_ARRAYS)} but corgnn.sparse has {sorted(IO_FORMATS)}")
+
+
 def io_model(op: str, format: str, n: int, nnz: int, f: int, max_degree: int | None = None, *, coo_nnz: int | None = None) -> IOCost:
     """FLOPs and bytes of ``op`` ("spmm" | "sddmm") on an ``(n, n)`` matrix in ``format``.
 
@@ -141,17 +165,7 @@ def io_model(op: str, format: str, n: int, nnz: int, f: int, max_degree: int | N
     """
     _check(op, format, n, nnz, f, max_degree, coo_nnz)
     q, W = nnz, _WORD
-    if format in ("csr", "csc"):
-        ptr = "row pointers" if format == "csr" else "column pointers"
-        idx = "columns" if format == "csr" else "rows"
-        sparse = [("values", q), (ptr, n + 1), (idx, q)]
-    elif format == "coo":
-        sparse = [("values", q), ("rows", q), ("columns", q)]
-    elif format == "ell":
-        sparse = [("V (n x p)", n * max_degree), ("Col (n x p)", n * max_degree)]
-    else:
-        q1 = q - coo_nnz
-        sparse = [("CSR values", q1), ("row pointers", n + 1), ("CSR columns", q1), ("COO values, rows, columns", 3 * coo_nnz)]
+    sparse = SPARSE_ARRAYS[format](n, q, max_degree, coo_nnz)
     if op == "spmm":
         flops = 2 * q * f
         dense = [("B", n * f), ("C read+written", 2 * n * f)]

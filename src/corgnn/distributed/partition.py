@@ -120,7 +120,7 @@ class RankPartition:
     def to(self, device) -> "RankPartition":
         """This partition with its tensors on ``device``."""
         d = torch.device(device)
-        A = CSR(self.A.rowptr.to(d), self.A.col.to(d), None if self.A.val is None else self.A.val.to(d), self.A.shape)
+        A = CSR(self.A.rowptr.to(d), self.A.col.to(d), None if self.A.val is None else self.A.val.to(d), self.A.shape, check=False)
         return RankPartition(self.rank, self.world_size, self.owned.to(d), self.halo.to(d), A, self.send_index.to(d),
                              self.send_counts, self.recv_counts, self.totals)
 

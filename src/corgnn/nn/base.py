@@ -175,9 +175,9 @@ def dense_to_csr(x: torch.Tensor, ptr: torch.Tensor | None = None) -> CSR:
         col = torch.empty(nnz, dtype=torch.long)
         val = torch.empty(nnz, dtype=x.dtype)
         dense_to_csr_fill(x.contiguous().numpy(), ptr.numpy(), col.numpy(), val.numpy())
-        return CSR(ptr, col, val, (n, m))
+        return CSR(ptr, col, val, (n, m), check=False)
     row, col = x.nonzero(as_tuple=True)
-    csr = CSR(ptr_from_sorted(row, n), col, x[row, col], (n, m))
+    csr = CSR(ptr_from_sorted(row, n), col, x[row, col], (n, m), check=False)
     csr._row = row
     return csr
 

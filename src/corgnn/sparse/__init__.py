@@ -1,9 +1,13 @@
 """Sparse layer: formats (COO, CSR, CSC, ELL, hybrid), the differentiable public ops
 ``spmm`` / ``sddmm`` / ``edge_softmax``, and the backend controls.
 
-Layers below this package (one direction): public op (:mod:`.ops`) -> custom op
-(:mod:`.library`, ``torch.ops.corgnn.*``) -> backend chosen at run time
-(:mod:`.dispatch`) -> kernel (:mod:`.backends`).
+Layers, each importing only those below it (no cycle, imports inside functions
+included; checked by ``tests/test_imports.py``): public ops (:mod:`.ops`,
+:mod:`.attention`) -> custom ops (:mod:`.library`, ``torch.ops.corgnn.*``) ->
+backend chosen at run time (:mod:`.dispatch`) -> kernels (:mod:`.backends`) ->
+what every backend implements (:mod:`.backends.base`: the op signatures, ``Case``,
+``Backend``), the dropout bits (:mod:`.rng`) and the formats (:mod:`.formats`,
+:mod:`.ell`, listed by :mod:`.registry`).
 """
 
 from .dispatch import available_backends, use_backend

@@ -32,10 +32,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import dataclass
-from typing import Callable
 
-import torch
+from .backends.base import Backend, Case
 
 __all__ = ["Case", "Backend", "register_backend", "use_backend", "available_backends", "select", "PRIORITY", "ENV_VAR"]
 
@@ -46,50 +44,6 @@ PRIORITY: dict[str, tuple[str, ...]] = {
     "cuda": ("triton", "cusparse", "torch"),  # cusparse after triton until a GPU measurement ranks them
 }
 """Backends tried in order, per device type; other device types use ``("torch",)``."""
-
-
-@dataclass(frozen=True)
-class Case:
-    """What a backend must be able to run: the op, the device type, the value dtype,
-    and the head layout (``heads=None`` single-head 2-D operands, else the number of
-    heads of semi-batched 3-D operands)."""
-
-    op: str
-    device: str
-    dtype: torch.dtype
-    heads: int | None = None
-
-    def __str__(self) -> str:
-        layout = "single-head" if self.heads is None else f"semi-batched ({self.heads} heads)"
-        return f"{self.op} on {self.device} {str(self.dtype).replace('torch.', '')} {layout}"
-
-
-class Backend:
-    """One implementation of the kernels.
-
-    Subclasses set :attr:`name`, implement :meth:`unavailable` (why the backend
-    cannot run on this machine at all, or ``None``), :meth:`supports` (why it
-    cannot run one case, or ``None``) and provide each op as a method of the same
-    name (``spmm_rows``, ``sddmm_rows``, ...; see :mod:`corgnn.sparse.library`).
-    """
-
-    name = "?"
-
-    def unavailable(self) -> str | None:
-        return None
-
-    def supports(self, case: Case) -> str | None:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def kernel(self, op: str) -> Callable:
-        """The implementation of ``op`` (called eagerly, inside the op)."""
-        return getattr(self, op)
-
-    def traceable(self, op: str) -> Callable | None:
-        """A form of ``op`` that ``torch.compile`` may trace into (a
-        ``torch.library.triton_op``), or ``None``: the opaque custom op is traced and
-        runs :meth:`kernel` when called."""
-        return None
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -108,7 +62,10 @@ def register_backend(backend: Backend) -> Backend:
 
 def _registry() -> dict[str, Backend]:
     if not _BACKENDS:
-        from . import backends  # noqa: F401  (registers numba, torch, triton)
+        from .backends import BACKENDS  # (numba, torch, triton, cusparse) imported on first use: numba is slow to import
+
+        for b in BACKENDS:
+            register_backend(b)
     return _BACKENDS
 
 
@@ -155,7 +112,7 @@ def use_backend(name: str | None):
 
 
 def _reason(b: Backend, case: Case) -> str | None:
-    return b.unavailable() or b.supports(case)
+    return b.reason(case)
 
 
 def select(case: Case) -> Backend:

@@ -19,15 +19,134 @@ versa (:meth:`CSR.t`, :meth:`CSC.t`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import operator
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 import torch
 
-__all__ = ["SparseFormat", "COO", "CSR", "CSC", "ptr_from_sorted"]
+__all__ = ["SparseFormat", "COO", "CSR", "CSC", "nbytes_of", "ptr_from_sorted", "check_values", "check_shape", "check_index", "index_stats", "VALIDATION_DOC"]
+
+VALIDATION_DOC = """Validation: every public constructor checks, once and in O(nnz) vectorised
+torch ops (one host sync), that indices are integer tensors of the documented dtype
+and dimension on one device, that compressed pointers start at 0, never decrease
+and end at the number of entries, and that every index lies inside ``shape``;
+violations raise ``TypeError`` / ``ValueError`` naming the argument, so no kernel
+ever reads out of bounds. ``check=False`` (keyword-only) skips the value checks for
+arrays the library built itself; while ``torch.compile`` traces (fake tensors) only
+the structural checks run."""
 
 
-def _nbytes(*tensors) -> int:
+def nbytes_of(*tensors) -> int:
+    """Bytes held by ``tensors`` (``None`` entries count 0)."""
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def check_shape(shape, what: str) -> tuple[int, int]:
+    """``shape`` as an ``(n, m)`` tuple of non-negative ints (symbolic sizes kept
+    while ``torch.compile`` traces).
+
+    Raises:
+        TypeError: not a pair of ints.
+        ValueError: a negative size.
+    """
+    if torch.compiler.is_compiling():  # symbolic sizes while tracing (the traced paths build their arrays in the library)
+        return tuple(shape)
+    try:
+        n, m = shape
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: shape must be a pair (n, m) of ints, got {shape!r}") from None
+    if any(isinstance(d, torch.SymInt) for d in (n, m)):
+        return (n, m)
+    if any(isinstance(d, bool) or not hasattr(d, "__index__") for d in (n, m)):
+        raise TypeError(f"{what}: shape must be a pair (n, m) of ints, got {shape!r}")
+    n, m = operator.index(n), operator.index(m)
+    if n < 0 or m < 0:
+        raise ValueError(f"{what}: shape must be non-negative, got {(n, m)}")
+    return (n, m)
+
+
+def check_index(t, name: str, what: str, *, dim: int = 1, dtype: torch.dtype = torch.long, device=None) -> None:
+    """Structural checks of one index tensor: a tensor of ``dtype`` with ``dim``
+    dimensions (on ``device`` when given).
+
+    Raises:
+        TypeError: not a tensor, or another dtype.
+        ValueError: another number of dimensions, or another device.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what}: {name} must be a {dtype} tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{what}: {name} must have dtype {dtype}, got {t.dtype}")
+    if t.dim() != dim:
+        raise ValueError(f"{what}: {name} must be {dim}-D, got shape {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{what}: {name} is on {t.device} but the other index arrays are on {device}")
+
+
+def _can_read(*tensors) -> bool:
+    """Whether the tensors hold data that may be read (not fake / meta under tracing)."""
+    return not torch.compiler.is_compiling() and all(t.device.type != "meta" for t in tensors)
+
+
+def index_stats(*terms: torch.Tensor) -> list:
+    """The 0-d tensors ``terms`` read to the host in one transfer (one sync)."""
+    if not terms:
+        return []
+    return torch.stack([t.reshape(()).to(torch.long) for t in terms]).tolist()
+
+
+def _min_max(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if t.numel() == 0:  # (0, -1): inside every range
+        return torch.zeros((), dtype=torch.long, device=t.device), torch.full((), -1, dtype=torch.long, device=t.device)
+    lo, hi = torch.aminmax(t)
+    return lo, hi
+
+
+def _ptr_terms(ptr: torch.Tensor) -> list[torch.Tensor]:
+    """``[ptr[0], ptr[-1], number of decreasing steps]``."""
+    return [ptr[0], ptr[-1], (ptr[1:] < ptr[:-1]).sum()]
+
+
+def _check_ptr(stats, name: str, what: str, nnz: int, idx_name: str) -> None:
+    first, last, drops = stats
+    if first != 0:
+        raise ValueError(f"{what}: {name} must start at 0, got {first}")
+    if drops:
+        raise ValueError(f"{what}: {name} must be non-decreasing ({drops} decreasing step(s))")
+    if last != nnz:
+        raise ValueError(f"{what}: {name} must end at nnz = len({idx_name}) = {nnz}, got {last}")
+
+
+def _check_range(stats, name: str, what: str, size: int, low: int = 0) -> None:
+    lo, hi = stats
+    if lo < low or hi >= size:
+        bad = lo if lo < low else hi
+        raise ValueError(f"{what}: {name} must lie in [{low}, {size}), found {bad}")
+
+
+def _check_sorted(drops: int, name: str, what: str) -> None:
+    if drops:
+        raise ValueError(f"{what}: {name} must be sorted (non-decreasing) for a row-sorted format ({drops} decreasing step(s))")
+
+
+def validate_compressed(ptr, idx, shape, what: str, ptr_name: str, idx_name: str, *, check: bool) -> tuple[int, int]:
+    """Checks of a compressed pair (``ptr (n+1,)``, ``idx (nnz,)`` in ``[0, m)``) with
+    ``(n, m) = shape`` (CSR: rows; CSC passes the transposed shape). Returns the shape.
+
+    Raises:
+        TypeError / ValueError: as described in :data:`VALIDATION_DOC`.
+    """
+    shape = check_shape(shape, what)
+    check_index(ptr, ptr_name, what)
+    check_index(idx, idx_name, what, device=ptr.device)
+    n, m = shape
+    if ptr.numel() != n + 1:
+        raise ValueError(f"{what}: {ptr_name} must have shape ({n + 1},) for {n} compressed rows, got {tuple(ptr.shape)}")
+    if check and _can_read(ptr, idx):
+        s = index_stats(*_ptr_terms(ptr), *_min_max(idx))
+        _check_ptr(s[:3], ptr_name, what, idx.numel(), idx_name)
+        _check_range(s[3:], idx_name, what, m)
+    return shape
 
 
 def ptr_from_sorted(index: torch.Tensor, size: int) -> torch.Tensor:
@@ -38,13 +157,46 @@ def ptr_from_sorted(index: torch.Tensor, size: int) -> torch.Tensor:
     return ptr
 
 
-def _check_values(val, nnz: int, what: str) -> None:
+_ptr_from_sorted = ptr_from_sorted  # NOTE: old name, still imported by nn/gcn.py and graph.py (the lead's files)
+
+
+def check_values(val, nnz: int, what: str) -> None:
+    """``val`` is ``None`` or a floating ``(nnz,)`` / ``(nnz, h)`` tensor.
+
+    Raises:
+        TypeError: not a floating tensor.
+        ValueError: another shape.
+    """
     if val is None:
         return
     if not isinstance(val, torch.Tensor) or not val.is_floating_point():
         raise TypeError(f"{what}: values must be a floating tensor, got {getattr(val, 'dtype', type(val))}")
     if val.dim() not in (1, 2) or val.size(0) != nnz:
         raise ValueError(f"{what}: values must have shape ({nnz},) or ({nnz}, heads), got {tuple(val.shape)}")
+
+
+def validate_coo(row, col, shape, what: str, *, check: bool, sorted_rows: bool = False) -> tuple[int, int]:
+    """Checks of coordinate arrays ``row (nnz,)`` in ``[0, n)`` and ``col (nnz,)`` in
+    ``[0, m)`` (and, with ``sorted_rows``, ``row`` non-decreasing). Returns the shape.
+
+    Raises:
+        TypeError / ValueError: as described in :data:`VALIDATION_DOC`.
+    """
+    shape = check_shape(shape, what)
+    check_index(row, "row", what)
+    check_index(col, "col", what, device=row.device)
+    if row.shape != col.shape:
+        raise ValueError(f"{what}: row and col must have equal length, got {tuple(row.shape)} and {tuple(col.shape)}")
+    if check and _can_read(row, col):
+        terms = [*_min_max(row), *_min_max(col)]
+        if sorted_rows:
+            terms.append((row[1:] < row[:-1]).sum())
+        s = index_stats(*terms)
+        _check_range(s[0:2], "row", what, shape[0])
+        _check_range(s[2:4], "col", what, shape[1])
+        if sorted_rows:
+            _check_sorted(s[4], "row", what)
+    return shape
 
 
 class SparseFormat:
@@ -55,6 +207,8 @@ class SparseFormat:
         val: ``(nnz,)`` or ``(nnz, h)`` floating values in this format's entry
             order, or ``None`` for an all-ones pattern.
     """
+
+    __doc__ += "\n" + VALIDATION_DOC
 
     name: str = "?"
     shape: tuple[int, int]
@@ -99,6 +253,45 @@ class SparseFormat:
             plan = self._plans[key] = self._make_row_plan(key)
         return plan
 
+    def set_row_plan(self, transpose: bool, ptr: torch.Tensor, idx: torch.Tensor, perm: torch.Tensor | None = None) -> None:
+        """Install a precomputed compressed-row walk of ``op(A)`` (what
+        :meth:`row_plan` would build): ``ptr (rows(op(A))+1,)``, ``idx`` and ``perm``
+        ``(q,)`` int64 on this format's device (``perm=None``: the walk follows the
+        format's own entry order). The arrays are trusted (library-built): only
+        their shapes are checked; per-entry arrays may run past ``ptr[-1]``
+        (padding that is never read). Plans hold the pattern only, so copies made by
+        ``with_values`` share them.
+
+        Raises:
+            TypeError / ValueError: an array of another dtype, dimension or length.
+        """
+        what = f"{type(self).__name__}.set_row_plan"
+        rows = self.shape[1] if transpose else self.shape[0]
+        check_index(ptr, "ptr", what)
+        check_index(idx, "idx", what, device=ptr.device)
+        if not torch.compiler.is_compiling() and ptr.numel() != rows + 1:
+            raise ValueError(f"{what}: ptr must have shape ({rows + 1},) for op(A) with {rows} rows, got {tuple(ptr.shape)}")
+        if perm is not None:
+            check_index(perm, "perm", what, device=ptr.device)
+            if perm.shape != idx.shape:
+                raise ValueError(f"{what}: perm must have idx's shape {tuple(idx.shape)}, got {tuple(perm.shape)}")
+        self._plans[bool(transpose)] = (ptr, idx, perm)
+
+    def spmm_kernel(self, val: torch.Tensor | None, transpose: bool):
+        """This format's own kernel for ``op(A) @ B`` with entry values ``val``:
+        ``(name, args)`` of the :mod:`corgnn.sparse.library` op to call as
+        ``op(*args, B)``, or ``None`` to walk :meth:`row_plan` (the default, and every
+        format's choice for ``A^T B``). A new format with its own kernels overrides
+        this (and :meth:`sddmm_kernels`) in its own file."""
+        return None
+
+    def sddmm_kernels(self, val: torch.Tensor | None):
+        """This format's own SDDMM kernels: a list of ``(name, args)`` of
+        :mod:`corgnn.sparse.library` ops, each called as ``op(*args, B, Ct)``, whose
+        outputs concatenated are the per-entry results in this format's order; or
+        ``None`` to walk the row plans (the default)."""
+        return None
+
     def _make_row_plan(self, transpose: bool):
         coo = self.to_coo()
         row, col = (coo.col, coo.row) if transpose else (coo.row, coo.col)
@@ -108,7 +301,7 @@ class SparseFormat:
 
     def nbytes(self) -> int:
         """Bytes held by index and value arrays (lazy caches excluded)."""
-        return _nbytes(*self.index_tensors(), self.val)
+        return nbytes_of(*self.index_tensors(), self.val)
 
     def to_coo(self) -> "COO":
         raise NotImplementedError
@@ -154,15 +347,16 @@ class COO(SparseFormat):
     val: torch.Tensor | None
     shape: tuple[int, int]
     sorted: bool = False  # row-major sorted (as built by CSR.to_coo)
+    _: KW_ONLY
+    check: InitVar[bool] = True
     _csr: "CSR | None" = field(default=None, init=False)
     _plans: dict = field(default_factory=dict, init=False)
 
     name = "coo"
 
-    def __post_init__(self):
-        if self.row.shape != self.col.shape or self.row.dim() != 1:
-            raise ValueError(f"COO: row and col must be 1-D of equal length, got {tuple(self.row.shape)} and {tuple(self.col.shape)}")
-        _check_values(self.val, self.row.numel(), "COO")
+    def __post_init__(self, check: bool):
+        self.shape = validate_coo(self.row, self.col, self.shape, "COO", check=check, sorted_rows=bool(self.sorted))
+        check_values(self.val, self.row.numel(), "COO")
 
     @property
     def nnz(self) -> int:
@@ -178,6 +372,10 @@ class COO(SparseFormat):
     def from_format(cls, A):
         return A.to_coo()
 
+    def sddmm_kernels(self, val):
+        # NOTE: COO SDDMM runs per entry: as fast as the row walk and needs no sorted order.
+        return [("sddmm_coo", (self.row, self.col, val))]
+
     def _make_row_plan(self, transpose: bool):
         if self.sorted and not transpose:
             return ptr_from_sorted(self.row, self.shape[0]), self.col, None
@@ -187,17 +385,17 @@ class COO(SparseFormat):
         """The same matrix in CSR (cached); ``coalesce=True`` sums duplicate entries
         (see :meth:`CSR.from_coo`) and returns a new, uncached CSR."""
         if self._csr is None or coalesce:
-            csr = CSR.from_coo(self.row, self.col, self.val, self.shape, coalesce=coalesce)
+            csr = CSR.from_coo(self.row, self.col, self.val, self.shape, coalesce=coalesce, check=False)
             if coalesce:
                 return csr
             self._csr = csr
         return self._csr
 
     def t(self) -> "COO":
-        return COO(self.col, self.row, self.val, (self.shape[1], self.shape[0]))
+        return COO(self.col, self.row, self.val, (self.shape[1], self.shape[0]), check=False)
 
     def with_values(self, val) -> "COO":
-        return COO(self.row, self.col, val, self.shape, self.sorted)
+        return COO(self.row, self.col, val, self.shape, self.sorted, check=False)
 
 
 @dataclass(eq=False, repr=False)
@@ -212,19 +410,20 @@ class CSR(SparseFormat):
     col: torch.Tensor
     val: torch.Tensor | None
     shape: tuple[int, int]
+    _: KW_ONLY
+    check: InitVar[bool] = True
     _row: torch.Tensor | None = field(default=None, init=False)
     _csc: "CSC | None" = field(default=None, init=False)
     _plans: dict = field(default_factory=dict, init=False)
 
     name = "csr"
 
-    def __post_init__(self):
-        if self.rowptr.dim() != 1 or self.rowptr.numel() != self.shape[0] + 1:
-            raise ValueError(f"CSR: rowptr must have shape ({self.shape[0] + 1},), got {tuple(self.rowptr.shape)}")
-        _check_values(self.val, self.col.numel(), "CSR")
+    def __post_init__(self, check: bool):
+        self.shape = validate_compressed(self.rowptr, self.col, self.shape, "CSR", "rowptr", "col", check=check)
+        check_values(self.val, self.col.numel(), "CSR")
 
     @staticmethod
-    def from_coo(row, col, val, shape, coalesce: bool = False) -> "CSR":
+    def from_coo(row, col, val, shape, coalesce: bool = False, *, check: bool = True) -> "CSR":
         """Build from unsorted COO arrays (stable row-major sort).
 
         ``coalesce=True`` sums duplicate entries (GCN); otherwise duplicates are
@@ -232,9 +431,14 @@ class CSR(SparseFormat):
         pattern (``val=None``, entries worth 1) with duplicates coalesces into
         values equal to each entry's multiplicity (default float dtype), so the
         matrix is unchanged; without duplicates it stays a pattern.
+
+        Raises:
+            TypeError / ValueError: ``row``, ``col``, ``val`` or ``shape`` invalid
+                (see :class:`SparseFormat`), unless ``check=False``.
         """
-        n, m = shape
-        if row.numel() and row.device.type == "cpu" and (val is None or val.dtype in (torch.float32, torch.float64)):
+        n, m = validate_coo(row, col, shape, "CSR.from_coo", check=check)
+        check_values(val, row.numel(), "CSR.from_coo")
+        if row.numel() and row.device.type == "cpu" and (val is None or (val.dim() == 1 and val.dtype in (torch.float32, torch.float64))):
             # NOTE: counting sorts (sparse/build.py), O(q): the same entries, order and sums
             from .build import coo_to_csr
 
@@ -243,7 +447,7 @@ class CSR(SparseFormat):
             ptr, c, v, _ = coo_to_csr(row.long(), col.long(), v, n, coalesce=coalesce)
             if counts and c.numel() == row.numel():
                 v = None  # no duplicates: still a pattern
-            return CSR(ptr, c, v, (n, m))
+            return CSR(ptr, c, v, (n, m), check=False)
         if row.numel():
             key = row * max(m, 1) + col
             if coalesce:
@@ -259,7 +463,7 @@ class CSR(SparseFormat):
                 perm = torch.argsort(key, stable=True)
                 row, col = row[perm], col[perm]
                 val = val[perm] if val is not None else None
-        csr = CSR(ptr_from_sorted(row, n), col.contiguous(), None if val is None else val.contiguous(), (n, m))
+        csr = CSR(ptr_from_sorted(row, n), col.contiguous(), None if val is None else val.contiguous(), (n, m), check=False)
         csr._row = row.contiguous()
         return csr
 
@@ -282,7 +486,7 @@ class CSR(SparseFormat):
         return self.rowptr[1:] - self.rowptr[:-1]
 
     def to_coo(self) -> COO:
-        return COO(self.row(), self.col, self.val, self.shape, sorted=True)
+        return COO(self.row(), self.col, self.val, self.shape, sorted=True, check=False)
 
     def _make_row_plan(self, transpose: bool):
         if not transpose:
@@ -311,16 +515,16 @@ class CSR(SparseFormat):
                 row = self.row()[perm]
                 colptr = ptr_from_sorted(self.col[perm], m)
             val = self.val[perm] if self.val is not None else None
-            self._csc = CSC(colptr, row, val, self.shape, perm=perm)
+            self._csc = CSC(colptr, row, val, self.shape, perm=perm, check=False)
         return self._csc
 
     def t(self) -> "CSC":
         """``A^T`` as CSC sharing these arrays (no copy)."""
-        return CSC(self.rowptr, self.col, self.val, (self.shape[1], self.shape[0]))
+        return CSC(self.rowptr, self.col, self.val, (self.shape[1], self.shape[0]), check=False)
 
     def with_values(self, val) -> "CSR":
         """Same pattern (and caches) with other values in CSR entry order."""
-        out = CSR(self.rowptr, self.col, val, self.shape)
+        out = CSR(self.rowptr, self.col, val, self.shape, check=False)
         out._row = self._row
         out._plans = self._plans  # plans depend on the pattern only
         return out
@@ -340,16 +544,25 @@ class CSC(SparseFormat):
     val: torch.Tensor | None
     shape: tuple[int, int]
     perm: torch.Tensor | None = None
+    _: KW_ONLY
+    check: InitVar[bool] = True
     _col: torch.Tensor | None = field(default=None, init=False)
     _dual: "CSC | None" = field(default=None, init=False)
     _plans: dict = field(default_factory=dict, init=False)
 
     name = "csc"
 
-    def __post_init__(self):
-        if self.colptr.dim() != 1 or self.colptr.numel() != self.shape[1] + 1:
-            raise ValueError(f"CSC: colptr must have shape ({self.shape[1] + 1},), got {tuple(self.colptr.shape)}")
-        _check_values(self.val, self.row.numel(), "CSC")
+    def __post_init__(self, check: bool):
+        shape = check_shape(self.shape, "CSC")
+        validate_compressed(self.colptr, self.row, (shape[1], shape[0]), "CSC", "colptr", "row", check=check)
+        self.shape = shape
+        check_values(self.val, self.row.numel(), "CSC")
+        if self.perm is not None:
+            check_index(self.perm, "perm", "CSC", device=self.row.device)
+            if self.perm.numel() != self.row.numel():
+                raise ValueError(f"CSC: perm must have shape ({self.row.numel()},), got {tuple(self.perm.shape)}")
+            if check and _can_read(self.perm):
+                _check_range(index_stats(*_min_max(self.perm)), "perm", "CSC", self.row.numel())
 
     @property
     def nnz(self) -> int:
@@ -366,7 +579,7 @@ class CSC(SparseFormat):
         return self._col
 
     def to_coo(self) -> COO:
-        return COO(self.row, self.col(), self.val, self.shape)
+        return COO(self.row, self.col(), self.val, self.shape, check=False)
 
     def _make_row_plan(self, transpose: bool):
         if transpose:
@@ -388,7 +601,7 @@ class CSC(SparseFormat):
 
     def t(self) -> CSR:
         """``A^T`` as CSR sharing these arrays (no copy)."""
-        return CSR(self.colptr, self.row, self.val, (self.shape[1], self.shape[0]))
+        return CSR(self.colptr, self.row, self.val, (self.shape[1], self.shape[0]), check=False)
 
     def with_values(self, val) -> "CSC":
-        return CSC(self.colptr, self.row, val, self.shape, perm=self.perm)
+        return CSC(self.colptr, self.row, val, self.shape, perm=self.perm, check=False)

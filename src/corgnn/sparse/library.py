@@ -46,11 +46,11 @@ import functools
 import inspect
 
 import torch
-from torch import Tensor
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.library import custom_op
 
-from .dispatch import Case, run, select
+from .backends.base import KERNEL_OPS, OpSpec
+from .dispatch import run, select
 
 __all__ = [
     "spmm_rows",
@@ -72,15 +72,11 @@ OPS: dict = {}
 """Every custom op by its short name (``torch.ops.corgnn.<name>``)."""
 
 
-def _kernel_op(dense: int, semi_batched: bool = False):
-    """Register the decorated signature as the custom op ``corgnn::<name>`` (its
-    implementation runs the kernel of the backend dispatch picks for the call) and
-    return a caller that runs the op when traced by ``torch.compile`` and the
-    implementation itself in eager.
-
-    ``dense``: position of the dense operand whose device and dtype decide the
-    backend; ``semi_batched``: the op always has a head dimension (``dense.size(1)``),
-    else it has one when ``dense`` is 3-D.
+def _register(spec: OpSpec):
+    """Register ``spec`` (its typed signature and fake, :data:`KERNEL_OPS`) as the
+    custom op ``corgnn::<name>`` (its implementation runs the kernel of the backend
+    dispatch picks for the call) and return a caller that runs the op when traced by
+    ``torch.compile`` and the implementation itself in eager.
 
     NOTE: in eager the dispatcher round trip of a custom op costs about 9 µs per
     call (measured: 18.7 vs 9.8 µs for a tiny SpMM, 2-core CPU); a Cora training
@@ -91,34 +87,28 @@ def _kernel_op(dense: int, semi_batched: bool = False):
     backend that offers a traceable form (:meth:`Backend.traceable`: the Triton
     kernels registered with ``torch.library.triton_op``, which Inductor can see
     into) replaces it (:func:`_decompose`, the backend chosen at trace time); any
-    other backend runs inside the opaque op, chosen when it runs. The caller's ``.op`` is the registered op, ``.fake`` its fake
-    implementation (set by :func:`_fake`).
+    other backend runs inside the opaque op, chosen when it runs. The caller's ``.op``
+    is the registered op, ``.fake`` its fake implementation, ``.signature`` the
+    op's typed signature.
     """
+    name, sig, case_of = spec.name, spec.signature, spec.case
 
-    def register(sig):
-        name = sig.__name__
+    @functools.wraps(sig)
+    def impl(*args):
+        return run(name, case_of(*args), *args)
 
-        def case_of(*args) -> Case:
-            D = args[dense]
-            return Case(name, D.device.type, D.dtype, D.size(1) if semi_batched or D.dim() == 3 else None)
+    op = custom_op(f"corgnn::{name}", mutates_args=())(impl)
+    op.register_torch_dispatch(FunctionalTensorMode, functools.partial(_decompose, case_of, name))
+    op.register_fake(spec.fake)
+    OPS[name] = op
+    CASE_OF[name] = case_of
 
-        @functools.wraps(sig)
-        def impl(*args):
-            return run(name, case_of(*args), *args)
+    def call(*args):
+        return op(*args) if torch.compiler.is_compiling() else impl(*args)
 
-        op = custom_op(f"corgnn::{name}", mutates_args=())(impl)
-        op.register_torch_dispatch(FunctionalTensorMode, functools.partial(_decompose, case_of, name))
-        OPS[name] = op
-        CASE_OF[name] = case_of
-
-        def call(*args):
-            return op(*args) if torch.compiler.is_compiling() else impl(*args)
-
-        call.__name__, call.__doc__, call.op, call.fake = name, sig.__doc__, op, None
-        call.signature = inspect.signature(sig)
-        return call
-
-    return register
+    call.__name__, call.__doc__, call.op, call.fake = name, sig.__doc__, op, spec.fake
+    call.signature = inspect.signature(sig)
+    return call
 
 
 CASE_OF: dict = {}
@@ -141,154 +131,17 @@ def _decompose(case_of, name, mode, op, types, args, kwargs):
         return traced(*args, **kwargs)
 
 
-def _fake(call):
-    """Register the decorated function as ``call``'s fake implementation (``call.fake``)."""
-
-    def register(fake):
-        call.op.register_fake(fake)
-        call.fake = fake
-        return fake
-
-    return register
-
-
-def _out_rows(B: Tensor, rows) -> Tensor:
-    return B.new_empty((rows,) + tuple(B.shape[1:]))
-
-
-def _entries(B: Tensor, nnz) -> Tensor:
-    return B.new_empty((nnz,) if B.dim() == 2 else (nnz, B.shape[1]))
-
-
-# ----------------------------------------------------------------------------- SpMM
-
-
-@_kernel_op(4)
-def spmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``bias`` (``B.shape[1:]``, or None): added to every output row as it is written
-    (the epilogue of issue 12, lever 2: no second pass over the output)."""
-
-
-@_fake(spmm_rows)
-def _(ptr, idx, perm, val, B, bias=None):
-    return _out_rows(B, ptr.shape[0] - 1)
-
-
-@_kernel_op(3)
-def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tensor:
-    ...
-
-
-@_fake(spmm_ell)
-def _(col, lengths, V, B):
-    return _out_rows(B, col.shape[0])
-
-
-@_kernel_op(5)
-def spmm_hybrid(head_ptr: Tensor, head_col: Tensor, tail_row: Tensor, tail_col: Tensor, val: Tensor | None, B: Tensor) -> Tensor:
-    ...
-
-
-@_fake(spmm_hybrid)
-def _(head_ptr, head_col, tail_row, tail_col, val, B):
-    return _out_rows(B, head_ptr.shape[0] - 1)
-
-
-# ---------------------------------------------------------------------------- SDDMM
-
-
-@_kernel_op(4)
-def sddmm_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
-    ...
-
-
-@_fake(sddmm_rows)
-def _(ptr, idx, perm, val, B, C):
-    return _entries(B, idx.shape[0])
-
-
-@_kernel_op(3)
-def sddmm_coo(row: Tensor, col: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
-    ...
-
-
-@_fake(sddmm_coo)
-def _(row, col, val, B, C):
-    return _entries(B, row.shape[0])
-
-
-@_kernel_op(4)
-def sddmm_ell(col: Tensor, lengths: Tensor, offsets: Tensor, val: Tensor | None, B: Tensor, C: Tensor) -> Tensor:
-    ...
-
-
-@_fake(sddmm_ell)
-def _(col, lengths, offsets, val, B, C):
-    ctx = torch.library.get_ctx()
-    return _entries(B, ctx.new_dynamic_size())  # nnz = lengths.sum(), data-dependent
-
-
-# ---------------------------------------------------------------------- edge softmax
-
-
-@_kernel_op(2, semi_batched=True)
-def edge_softmax_rows(ptr: Tensor, perm: Tensor | None, scores: Tensor) -> Tensor:
-    ...
-
-
-@_fake(edge_softmax_rows)
-def _(ptr, perm, scores):
-    return torch.empty_like(scores)
-
-
-# ------------------------------------------------------------------------------ GAT
-
-
-@_kernel_op(0, semi_batched=True)
-def gat_node_scores(M: Tensor, a_src: Tensor, a_dst: Tensor) -> tuple[Tensor, Tensor]:
-    ...
-
-
-@_fake(gat_node_scores)
-def _(M, a_src, a_dst):
-    return M.new_empty(M.shape[:2]), M.new_empty(M.shape[:2])
-
-
-@_kernel_op(5, semi_batched=True)
-def gat_attention(
-    ptr: Tensor, idx: Tensor, perm: Tensor | None, s: Tensor, d: Tensor, M: Tensor,
-    negative_slope: float, p: float, seed: Tensor, want_leaky: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    ...
-
-
-@_fake(gat_attention)
-def _(ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
-    q, H = idx.shape[0], M.shape[1]
-    leaky = M.new_empty((q if want_leaky else 0, H), dtype=torch.bool)
-    return M.new_empty((ptr.shape[0] - 1,) + tuple(M.shape[1:])), M.new_empty((q, H)), leaky
-
-
-@_kernel_op(7, semi_batched=True)
-def gat_attention_backward(
-    ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
-    G: Tensor, M: Tensor, a_src: Tensor, a_dst: Tensor,
-    alpha: Tensor | None, leaky: Tensor | None, s: Tensor | None, d: Tensor | None,
-    negative_slope: float, p: float, seed: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
-    ...
-
-
-@_fake(gat_attention_backward)
-def _(ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst, alpha, leaky, s, d, negative_slope, p, seed):
-    return torch.empty_like(M), M.new_empty(M.shape[:2]), M.new_empty(M.shape[:2])
-
-
-@_kernel_op(2, semi_batched=True)
-def gat_head_weighted_sums(w1: Tensor, w2: Tensor, M: Tensor) -> tuple[Tensor, Tensor]:
-    ...
-
-
-@_fake(gat_head_weighted_sums)
-def _(w1, w2, M):
-    return M.new_empty(M.shape[1:]), M.new_empty(M.shape[1:])
+# One caller per op of :data:`corgnn.sparse.backends.base.KERNEL_OPS` (signatures,
+# fakes and docstrings live there, shared with the backends).
+spmm_rows = _register(KERNEL_OPS["spmm_rows"])
+spmm_ell = _register(KERNEL_OPS["spmm_ell"])
+spmm_hybrid = _register(KERNEL_OPS["spmm_hybrid"])
+sddmm_rows = _register(KERNEL_OPS["sddmm_rows"])
+sddmm_coo = _register(KERNEL_OPS["sddmm_coo"])
+sddmm_ell = _register(KERNEL_OPS["sddmm_ell"])
+edge_softmax_rows = _register(KERNEL_OPS["edge_softmax_rows"])
+gat_node_scores = _register(KERNEL_OPS["gat_node_scores"])
+gat_attention = _register(KERNEL_OPS["gat_attention"])
+gat_attention_backward = _register(KERNEL_OPS["gat_attention_backward"])
+gat_head_weighted_sums = _register(KERNEL_OPS["gat_head_weighted_sums"])
+assert set(OPS) == set(KERNEL_OPS), "every declared kernel op has a caller here"

@@ -13,10 +13,12 @@ the transposed pattern plus an SDDMM), so second derivatives work too. Without
 autograd (no input requiring a gradient, or inside another Function's forward) the
 op runs directly.
 
-Format -> kernel (CPU measurements behind each rule are in the NOTEs below): ELL and
-hybrid SpMM and SDDMM and COO SDDMM run their format's own kernels; every other
-case, including every ``A^T`` product, walks the format's cached row plan
-(:meth:`~corgnn.sparse.SparseFormat.row_plan`).
+Format -> kernel: each format names its own kernels
+(:meth:`~corgnn.sparse.SparseFormat.spmm_kernel`,
+:meth:`~corgnn.sparse.SparseFormat.sddmm_kernels`: ELL and hybrid SpMM and SDDMM,
+COO SDDMM); every other case, including every ``A^T`` product, walks the format's
+cached row plan (:meth:`~corgnn.sparse.SparseFormat.row_plan`). Nothing here
+depends on which format ``A`` is.
 
 Paper: appendix "Common Sparse Operators" (Listings 1-2), §"Multi-head GAT".
 """
@@ -27,8 +29,8 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import library as L
-from .ell import ELL, Hybrid
-from .formats import COO, SparseFormat
+from .formats import SparseFormat
+from .registry import FORMATS
 
 __all__ = ["spmm", "sddmm", "edge_softmax"]
 
@@ -39,25 +41,10 @@ __all__ = ["spmm", "sddmm", "edge_softmax"]
 # row pointer built once from the sorted rows (it skips the per-entry row reads and
 # chunk bookkeeping). Both give the same sums, so COO SpMM walks its row plan; the
 # COO kernel serves the hybrid format's COO part, which must add into rows the CSR
-# part already wrote. COO SDDMM runs per entry: as fast as the row walk and needs
-# no sorted order.
-
-ELL_KERNEL_MAX_PADDING = 4.0
-"""ELL runs its own kernels up to this padding ratio ``n p / nnz``, the row plan above.
-
-NOTE (measured, SpMM f=64, 2 cores, medians of 9): the ELL kernel's rows lie ``p``
-slots apart, so with heavy padding every row starts on a fresh cache line and page:
-native vs row plan was 134 vs 145 ms at padding 1.0 (a regular 200k-node graph),
-164 vs 172 ms at 2.9, 158 vs 152 ms at 5.7, and 134 vs 106 ms at 62.7 (the
-OGB-Arxiv stand-in); SDDMM alike. Both walk the same entries in the same order.
-"""
+# part already wrote. The ELL threshold: :data:`corgnn.sparse.ell.ELL_KERNEL_MAX_PADDING`.
 
 
 # ------------------------------------------------------------------ raw (no autograd)
-
-
-def _ell_native(A) -> bool:
-    return isinstance(A, ELL) and A.padding_ratio() <= ELL_KERNEL_MAX_PADDING
 
 
 _WALK_VALUES = WeakIdKeyDictionary()
@@ -87,30 +74,24 @@ def _walk_values(val: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
 
 
 def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``op(A) B (+ bias)``: the bias is the row kernel's epilogue; ELL and hybrid add it after."""
-    if not transpose and _ell_native(A):
-        out = L.spmm_ell(A.col, A.lengths, A.values_padded(None if val is A.val else val), B)
-    elif not transpose and isinstance(A, Hybrid):
-        out = L.spmm_hybrid(A.head.rowptr, A.head.col, A.tail.row, A.tail.col, val, B)
-    else:
+    """``op(A) B (+ bias)``: the bias is the row kernel's epilogue; format kernels add it after."""
+    own = A.spmm_kernel(val, transpose)
+    if own is None:
         ptr, idx, perm = A.row_plan(transpose)
         if perm is not None and val is not None and val is A.val and not torch.compiler.is_compiling():
             val, perm = _walk_values(val, perm), None
         return L.spmm_rows(ptr, idx, perm, val, B, bias)
+    name, args = own
+    out = getattr(L, name)(*args, B)
     return out if bias is None else out.add_(bias)
 
 
 def _sddmm_raw(A: SparseFormat, B: torch.Tensor, Ct: torch.Tensor, val: torch.Tensor | None) -> torch.Tensor:
     """``val[e] <B[i], Ct[j]>`` at every entry ``e = (i, j)``, in ``A``'s order."""
-    if isinstance(A, COO):
-        return L.sddmm_coo(A.row, A.col, val, B, Ct)
-    if _ell_native(A):
-        return L.sddmm_ell(A.col, A.lengths, A.to_csr().rowptr[:-1], val, B, Ct)
-    if isinstance(A, Hybrid):
-        q1 = A.head.nnz
-        v1, v2 = (None, None) if val is None else (val[:q1], val[q1:])
-        head = L.sddmm_rows(A.head.rowptr, A.head.col, None, v1, B, Ct)
-        return torch.cat([head, L.sddmm_coo(A.tail.row, A.tail.col, v2, B, Ct)])
+    own = A.sddmm_kernels(val)
+    if own is not None:
+        parts = [getattr(L, name)(*args, B, Ct) for name, args in own]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
     ptr, idx, perm = A.row_plan(False)
     if perm is not None:
         tptr, tidx, tperm = A.row_plan(True)
@@ -233,7 +214,8 @@ _Ones = _OnesType()
 
 def _check_sparse(A):
     if not isinstance(A, SparseFormat):
-        raise TypeError(f"A must be a corgnn sparse format (COO, CSR, CSC, ELL, Hybrid), got {type(A).__name__}")
+        names = ", ".join(cls.__name__ for cls in FORMATS.values())
+        raise TypeError(f"A must be a corgnn sparse format ({names}), got {type(A).__name__}")
 
 
 def _check_dense(name: str, t, device) -> None:

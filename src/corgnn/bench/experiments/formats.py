@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from ...sparse.registry import FORMAT_NAMES
 from .. import report
 from ..harness import geomean
 from ..spec import OPS, CellSpec, ExperimentSpec
 from .common import ARXIV, SMALL3, datasets_of, missing_md
 
 NAME = "formats"
-FORMATS = ("coo", "csr", "csc", "ell", "hybrid")
+FORMATS = FORMAT_NAMES  # the list of corgnn.sparse.registry
 
 
 def cells(dataset, sizes):

@@ -1,16 +1,17 @@
 """Kernel backends (see :mod:`corgnn.sparse.dispatch`): ``numba`` (CPU kernels),
 ``torch`` (portable reference), ``triton`` (GPU kernels), ``cusparse`` (single-head
-SpMM through torch's sparse CSR tensors). Importing this package registers all four."""
+SpMM through torch's sparse CSR tensors). :data:`BACKENDS` holds one
+instance of each, which dispatch registers; :mod:`.base` is what they implement.
 
-from ..dispatch import register_backend
+Backends import :mod:`.base`, :mod:`corgnn.sparse.rng` and the formats only, never
+dispatch, the library or the public ops (``tests/test_imports.py``)."""
+
+from .base import Backend, Case
 from .cusparse import CuSparseBackend
 from .numba_cpu import NumbaBackend
 from .torch_ref import TorchBackend
 from .triton import TritonBackend
 
-register_backend(NumbaBackend())
-register_backend(TorchBackend())
-register_backend(TritonBackend())
-register_backend(CuSparseBackend())
+BACKENDS: tuple[Backend, ...] = (NumbaBackend(), TorchBackend(), TritonBackend(), CuSparseBackend())
 
-__all__ = ["CuSparseBackend", "NumbaBackend", "TorchBackend", "TritonBackend"]
+__all__ = ["BACKENDS", "Backend", "Case", "CuSparseBackend", "NumbaBackend", "TorchBackend", "TritonBackend"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..dispatch import Backend, Case
+from .base import Backend, Case
 
 __all__ = ["CuSparseBackend"]
 

@@ -16,10 +16,11 @@ import numpy as np
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..attention import dropout_kernel_args
-from ..dispatch import Backend, Case
+from ..rng import dropout_kernel_args
+from .base import Backend, Case
 from . import numba_gat_kernels as gk
 from . import numba_kernels as k
+from . import numba_threads
 
 __all__ = ["NumbaBackend"]
 
@@ -118,6 +119,19 @@ def _start_threads() -> None:
     numba.get_num_threads()  # launches the threading layer
     torch.set_num_threads(threads)
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    numba_threads.mark_launched()
+
+
+def _serialised(fn):
+    """``fn`` run under the kernel-launch lock (the ``workqueue`` layer runs one
+    parallel kernel at a time; see :mod:`.numba_threads`)."""
+
+    @functools.wraps(fn)
+    def run(*args):
+        with numba_threads.launch_lock():
+            return fn(*args)
+
+    return run
 
 
 class NumbaBackend(Backend):
@@ -128,6 +142,17 @@ class NumbaBackend(Backend):
     def unavailable(self) -> str | None:
         _start_threads()  # once, when dispatch first considers this backend
         return None
+
+    def __init__(self):
+        self._serial: dict = {}
+
+    def kernel(self, op: str):
+        if not numba_threads.serialised():
+            return getattr(self, op)
+        fn = self._serial.get(op)
+        if fn is None:
+            fn = self._serial[op] = _serialised(getattr(self, op))
+        return fn
 
     def supports(self, case: Case) -> str | None:
         if case.device != "cpu":

@@ -33,7 +33,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .numba_kernels import _gather_kernel, _prefetch_gather
+from .numba_kernels import gather_kernel, prefetch_gather
 
 __all__ = [
     "keep_edge",
@@ -113,7 +113,7 @@ def _row_softmax(i, lo, hi, idx, perm, has_perm, s, d, slope, mx, tot, buf, leak
             tot[h] += ex
 
 
-@_gather_kernel(operand=6)
+@gather_kernel(operand=6)
 def gat_forward_rows(dist):
     @njit(**_JIT)
     def gat_forward_rows(ptr, idx, perm, chunks, s, d, M, slope, thresh, scale, seed_lo, seed_hi, alpha, leaky, out):
@@ -150,7 +150,7 @@ def gat_forward_rows(dist):
                 _row_softmax(i, lo, hi, idx, perm, has_perm, s, d, slope, mx, tot, alpha, leaky, want_leaky)
                 for h in range(H):
                     tot[h] = 1 / tot[h]
-                _prefetch_gather(M, idx, lo, hi, dist)
+                prefetch_gather(M, idx, lo, hi, dist)
                 for j in range(lo, hi):
                     c = idx[j]
                     e = perm[j] if has_perm else j
@@ -164,7 +164,7 @@ def gat_forward_rows(dist):
     return gat_forward_rows
 
 
-@_gather_kernel(operand=5)
+@gather_kernel(operand=5)
 def gat_backward_rows(dist):
     @njit(**_JIT)
     def gat_backward_rows(ptr, idx, perm, chunks, G, M, alpha, leaky, s, d, slope, thresh, scale, seed_lo, seed_hi, alpha_d, dy, dd):
@@ -214,7 +214,7 @@ def gat_backward_rows(dist):
                             alpha_d[e, h] *= inv[h]
                     src = alpha_d
                 # pass 1: g_e (into dy) and the row dot sum(alpha * dalpha)
-                _prefetch_gather(M, idx, lo, hi, dist)
+                prefetch_gather(M, idx, lo, hi, dist)
                 for j in range(lo, hi):
                     c = idx[j]
                     e = perm[j] if has_perm else j
@@ -246,7 +246,7 @@ def gat_backward_rows(dist):
     return gat_backward_rows
 
 
-@_gather_kernel(operand=4)
+@gather_kernel(operand=4)
 def gat_backward_cols(dist):
     @njit(**_JIT)
     def gat_backward_cols(ptr, idx, perm, chunks, G, alpha_d, dy, dd, a_src, a_dst, dM, ds):
@@ -271,7 +271,7 @@ def gat_backward_cols(dist):
                     ds[c, h] = 0
                     for k in range(K):
                         dM[c, h, k] = 0
-                _prefetch_gather(G, idx, ptr[c], ptr[c + 1], dist)
+                prefetch_gather(G, idx, ptr[c], ptr[c + 1], dist)
                 for j in range(ptr[c], ptr[c + 1]):
                     i = idx[j]
                     e = perm[j] if has_perm else j

@@ -47,6 +47,10 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .numba_threads import choose_layer
+
+choose_layer()  # fork-safe threading layer, before any kernel here launches (see .numba_threads)
+
 __all__ = [
     "spmm_rows",
     "spmm_rows_heads",
@@ -141,13 +145,13 @@ class _GatherKernel:
         return (self.prefetching if big else self.plain)(*args)
 
 
-def _gather_kernel(operand: int):
+def gather_kernel(operand: int):
     """Decorator: ``factory(dist) -> njit kernel`` becomes a :class:`_GatherKernel`."""
     return lambda factory: _GatherKernel(factory, operand)
 
 
 @njit(inline="always")
-def _prefetch_gather(B, idx, lo, hi, dist):
+def prefetch_gather(B, idx, lo, hi, dist):
     """Prefetch every cache line of the rows ``B[idx[j + dist]]`` for ``j`` in
     ``[lo, hi)`` (rows of ``B`` contiguous; nothing past the last entry; ``dist = 0``:
     nothing). Called once per row before its accumulation loop, which stays as it
@@ -159,7 +163,7 @@ def _prefetch_gather(B, idx, lo, hi, dist):
                 _prefetch(B, c, b)
 
 
-@_gather_kernel(operand=5)
+@gather_kernel(operand=5)
 def spmm_rows(dist):
     @njit(**_JIT)
     def spmm_rows(ptr, idx, val, perm, chunks, B, out, bias):
@@ -182,7 +186,7 @@ def spmm_rows(dist):
                 else:
                     for k in range(f):
                         out[i, k] = 0
-                _prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
+                prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
                 for j in range(ptr[i], ptr[i + 1]):
                     c = idx[j]
                     if has_val:
@@ -196,7 +200,7 @@ def spmm_rows(dist):
     return spmm_rows
 
 
-@_gather_kernel(operand=5)
+@gather_kernel(operand=5)
 def spmm_rows_heads(dist):
     @njit(**_JIT)
     def spmm_rows_heads(ptr, idx, val, perm, chunks, B, out):
@@ -215,7 +219,7 @@ def spmm_rows_heads(dist):
                 for h in range(H):
                     for k in range(f):
                         out[i, h, k] = 0
-                _prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
+                prefetch_gather(B, idx, ptr[i], ptr[i + 1], dist)
                 for j in range(ptr[i], ptr[i + 1]):
                     c = idx[j]
                     e = perm[j] if has_perm else j
@@ -230,7 +234,7 @@ def spmm_rows_heads(dist):
     return spmm_rows_heads
 
 
-@_gather_kernel(operand=6)
+@gather_kernel(operand=6)
 def sddmm_rows(dist):
     @njit(**_JIT)
     def sddmm_rows(ptr, idx, val, perm, chunks, B, C, out):
@@ -244,7 +248,7 @@ def sddmm_rows(dist):
         has_perm = perm.shape[0] > 0
         for t in prange(chunks.shape[0] - 1):
             for i in range(chunks[t], chunks[t + 1]):
-                _prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
+                prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
                 for j in range(ptr[i], ptr[i + 1]):
                     c = idx[j]
                     s = 0.0  # accumulate in float64
@@ -257,7 +261,7 @@ def sddmm_rows(dist):
     return sddmm_rows
 
 
-@_gather_kernel(operand=6)
+@gather_kernel(operand=6)
 def sddmm_rows_heads(dist):
     @njit(**_JIT)
     def sddmm_rows_heads(ptr, idx, val, perm, chunks, B, C, out):
@@ -271,7 +275,7 @@ def sddmm_rows_heads(dist):
         has_perm = perm.shape[0] > 0
         for t in prange(chunks.shape[0] - 1):
             for i in range(chunks[t], chunks[t + 1]):
-                _prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
+                prefetch_gather(C, idx, ptr[i], ptr[i + 1], dist)
                 for j in range(ptr[i], ptr[i + 1]):
                     c = idx[j]
                     e = perm[j] if has_perm else j
@@ -428,7 +432,7 @@ def _chunk_bounds(nnz, nchunks):
     return b
 
 
-@_gather_kernel(operand=3)
+@gather_kernel(operand=3)
 def spmm_coo(dist):
     @njit(**_JIT)
     def spmm_coo(row, col, val, B, out, nchunks, accumulate):
@@ -473,7 +477,7 @@ def spmm_coo(dist):
                             for x in range(f):
                                 out[rr, x] = 0
                 while k < end and row[k] == r:
-                    _prefetch_gather(B, col, k, k + 1, dist)
+                    prefetch_gather(B, col, k, k + 1, dist)
                     c = col[k]
                     if has_val:
                         v = val[k]
@@ -494,7 +498,7 @@ def spmm_coo(dist):
     return spmm_coo
 
 
-@_gather_kernel(operand=3)
+@gather_kernel(operand=3)
 def spmm_coo_heads(dist):
     @njit(**_JIT)
     def spmm_coo_heads(row, col, val, B, out, nchunks, accumulate):
@@ -526,7 +530,7 @@ def spmm_coo_heads(dist):
                         for rr in range(row[k - 1] + 1 if k > 0 else 0, r + 1):
                             out[rr] = 0
                 while k < end and row[k] == r:
-                    _prefetch_gather(B, col, k, k + 1, dist)
+                    prefetch_gather(B, col, k, k + 1, dist)
                     c = col[k]
                     for h in range(H):
                         if has_val:
@@ -546,7 +550,7 @@ def spmm_coo_heads(dist):
     return spmm_coo_heads
 
 
-@_gather_kernel(operand=4)
+@gather_kernel(operand=4)
 def sddmm_coo(dist):
     @njit(**_JIT)
     def sddmm_coo(row, col, val, B, C, out):
@@ -559,7 +563,7 @@ def sddmm_coo(dist):
         f = B.shape[1]
         has_val = val.shape[0] > 0
         for e in prange(nnz):
-            _prefetch_gather(C, col, e, e + 1, dist)
+            prefetch_gather(C, col, e, e + 1, dist)
             r = row[e]
             c = col[e]
             s = 0.0
@@ -571,7 +575,7 @@ def sddmm_coo(dist):
     return sddmm_coo
 
 
-@_gather_kernel(operand=4)
+@gather_kernel(operand=4)
 def sddmm_coo_heads(dist):
     @njit(**_JIT)
     def sddmm_coo_heads(row, col, val, B, C, out):
@@ -581,7 +585,7 @@ def sddmm_coo_heads(dist):
         f = B.shape[2]
         has_val = val.shape[0] > 0
         for e in prange(nnz):
-            _prefetch_gather(C, col, e, e + 1, dist)
+            prefetch_gather(C, col, e, e + 1, dist)
             r = row[e]
             c = col[e]
             for h in range(H):

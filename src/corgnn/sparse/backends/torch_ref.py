@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import dropout_keep_mask
-from ..dispatch import Backend, Case
+from ..rng import dropout_keep_mask
+from .base import Backend, Case
 
 __all__ = ["TorchBackend"]
 

@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from ..dispatch import Backend, Case
+from .base import Backend, Case
 
 __all__ = ["TritonBackend"]
 

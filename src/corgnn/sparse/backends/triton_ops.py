@@ -8,8 +8,8 @@ must be set before this module is first imported.
 
 Each launcher allocates the outputs, picks the launch grid from the shapes only
 (so ``torch.compile`` can trace it: no data-dependent sizes, no host syncs) and
-launches :mod:`.triton_kernels`. Its fake implementation is the library op's own
-(:attr:`corgnn.sparse.library.spmm_rows.fake`, ...), so every backend's op has the
+launches :mod:`.triton_kernels`. Its fake implementation is the op's own
+(:data:`corgnn.sparse.backends.base.KERNEL_OPS`), so every backend's op has the
 same output metadata. ``gat_node_scores`` and ``gat_head_weighted_sums`` are dense
 reductions: they run as torch ops (cuBLAS-backed einsums), not Triton kernels.
 
@@ -24,12 +24,15 @@ closing note of the GPU-backend issue):
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import triton
 from torch import Tensor
 from torch.library import triton_op, wrap_triton
 
-from .. import library as L
+from ..rng import dropout_kernel_args
+from .base import KERNEL_OPS
 from . import triton_kernels as K
 from .torch_ref import TorchBackend
 
@@ -58,9 +61,10 @@ def _register(name: str):
     (typed) signature and fake."""
 
     def deco(fn):
-        fn.__signature__ = getattr(L, name).signature  # the schema is inferred from it
+        spec = KERNEL_OPS[name]
+        fn.__signature__ = inspect.signature(spec.signature)  # the schema is inferred from it
         op = triton_op(f"corgnn::triton_{name}", fn, mutates_args=())
-        op.register_fake(getattr(L, name).fake)
+        op.register_fake(spec.fake)
         LAUNCHERS[name] = op
         TRACEABLE[name] = op
         return op
@@ -201,8 +205,6 @@ def edge_softmax_rows(ptr, perm, scores):
 
 def _consts(negative_slope: float, p: float, M: Tensor) -> tuple[Tensor, int]:
     """The float64 ``[slope, scale]`` tensor the GAT kernels read, and the dropout threshold."""
-    from ..attention import dropout_kernel_args
-
     thresh, scale, _, _ = dropout_kernel_args(p, torch.zeros(1, dtype=torch.long))
     return torch.tensor([negative_slope, scale], dtype=torch.float64, device=M.device), thresh
 
