@@ -1,7 +1,8 @@
 """Issue 23 item 6: a child forked after the parent used a corgnn model runs its
 forward (it used to hang: Numba's OpenMP layer and torch's GNU OpenMP pool do not
-survive fork); corgnn picks Numba's fork-safe layer unless the user chose one, and
-never changes the parent's thread counts.
+survive fork): there the numba backend declines (the child's products run on the
+torch backend) and torch runs on one thread; the parent's thread counts and Numba's
+choice of layer are left as they are.
 
 Each case runs in a fresh interpreter (the threading layer is process-wide and
 chosen once), with timeouts so that a hang fails instead of blocking the suite.
@@ -32,7 +33,7 @@ def forward():
 def child(q):
     import faulthandler
     faulthandler.dump_traceback_later(60, exit=True)  # a hang fails the child
-    q.put(forward().sum().item())
+    q.put(forward().sum().item())  # (Numba's OpenMP layer would terminate the child had a kernel run on it)
 
 if __name__ == "__main__":
     ref = forward().sum().item()
@@ -65,7 +66,7 @@ def test_forked_child_runs_a_forward_after_the_parent_did(tmp_path):
     exitcode, same, parent_threads, layer = lines[-1].split()[1:]
     assert exitcode == "0" and same == "True", out.stdout + out.stderr
     assert parent_threads == "2"  # the parent's torch thread count is the user's
-    assert layer == "workqueue"
+    assert layer in ("omp", "tbb", "workqueue")  # (Numba's own choice: its kernels launch fast)
 
 
 LAYER = r"""
@@ -85,7 +86,7 @@ def test_threading_layer_is_fork_safe_unless_the_user_chose_one(tmp_path, chosen
     out = _run(LAYER, tmp_path, **({} if chosen is None else {"NUMBA_THREADING_LAYER": chosen}))
     assert out.returncode == 0, out.stderr
     layer, torch_threads, numba_threads = [x for x in out.stdout.splitlines() if x.startswith("LAYER")][-1].split()[1:]
-    assert layer == (chosen or "workqueue")
+    assert layer == chosen if chosen else layer in ("omp", "tbb", "workqueue")
     assert (torch_threads, numba_threads) == ("1", "1")  # torch's count kept; Numba follows it
 
 

@@ -141,15 +141,28 @@ class FeatureCache(FeatureCheck):
 _NUMBA_DTYPES = (torch.float32, torch.float64)
 
 
+def _numba_runs(x: torch.Tensor) -> bool:
+    """Whether the parallel Numba conversion kernels run for ``x``: CPU float32/float64,
+    in a process where the ``numba`` backend can run (not a child forked after
+    Numba's OpenMP threads ran: :mod:`corgnn.sparse.backends.numba_threads`)."""
+    if x.device.type != "cpu" or x.dtype not in _NUMBA_DTYPES:
+        return False
+    from ..sparse.backends.numba_threads import unusable_reason
+
+    return unusable_reason() is None
+
+
 def row_pointer(x: torch.Tensor) -> torch.Tensor:
     """CSR row pointer ``(n+1,)`` int64 of dense ``x (n, m)``'s non-zeros (one read:
     the parallel Numba row count on CPU for float32/float64, ``count_nonzero`` else)."""
     n = x.size(0)
     ptr = torch.zeros(n + 1, dtype=torch.long)
-    if x.device.type == "cpu" and x.dtype in _NUMBA_DTYPES:
+    if _numba_runs(x):
         from ..sparse.backends.numba_kernels import dense_row_counts
+        from ..sparse.backends.numba_threads import launch_lock
 
-        dense_row_counts(x.detach().contiguous().numpy(), ptr[1:].numpy())
+        with launch_lock():
+            dense_row_counts(x.detach().contiguous().numpy(), ptr[1:].numpy())
     else:
         ptr = ptr.to(x.device)
         ptr[1:] = torch.count_nonzero(x.detach(), dim=1)
@@ -167,14 +180,16 @@ def dense_to_csr(x: torch.Tensor, ptr: torch.Tensor | None = None) -> CSR:
     """
     x = x.detach()
     n, m = x.shape
-    if x.device.type == "cpu" and x.dtype in _NUMBA_DTYPES:
+    if _numba_runs(x):
         from ..sparse.backends.numba_kernels import dense_to_csr_fill
+        from ..sparse.backends.numba_threads import launch_lock
 
         ptr = row_pointer(x) if ptr is None else ptr
         nnz = int(ptr[-1])
         col = torch.empty(nnz, dtype=torch.long)
         val = torch.empty(nnz, dtype=x.dtype)
-        dense_to_csr_fill(x.contiguous().numpy(), ptr.numpy(), col.numpy(), val.numpy())
+        with launch_lock():
+            dense_to_csr_fill(x.contiguous().numpy(), ptr.numpy(), col.numpy(), val.numpy())
         return CSR(ptr, col, val, (n, m), check=False)
     row, col = x.nonzero(as_tuple=True)
     csr = CSR(ptr_from_sorted(row, n), col, x[row, col], (n, m), check=False)

@@ -48,6 +48,8 @@ PRIORITY: dict[str, tuple[str, ...]] = {
 
 _BACKENDS: dict[str, Backend] = {}
 _SELECTED: dict[tuple[Case, str | None], Backend] = {}
+# (a forked child selects again: a backend may not run there, see backends.numba_threads)
+os.register_at_fork(after_in_child=_SELECTED.clear)
 """Memo of :func:`select` per (case, forced name): a backend's answers depend on the
 case and the machine only, so each case is decided once per process."""
 _local = threading.local()

@@ -157,6 +157,9 @@ class NumbaBackend(Backend):
     def supports(self, case: Case) -> str | None:
         if case.device != "cpu":
             return f"runs on CPU tensors only, got {case.device}"
+        unusable = numba_threads.unusable_reason()
+        if unusable is not None:
+            return unusable
         if case.dtype not in _DTYPES:
             return f"kernels are compiled for float32/float64, got {case.dtype}"
         return None

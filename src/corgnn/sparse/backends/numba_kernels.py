@@ -47,9 +47,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .numba_threads import choose_layer
 
-choose_layer()  # fork-safe threading layer, before any kernel here launches (see .numba_threads)
 
 __all__ = [
     "spmm_rows",

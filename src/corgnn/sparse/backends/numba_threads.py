@@ -1,4 +1,5 @@
-"""Numba's threading layer for corgnn's kernels: fork-safe, launches serialised.
+"""Numba's threading layer for corgnn's kernels: fast launches, and a forked child
+that works.
 
 Issue 23 item 6: after a parent process ran corgnn's parallel kernels, a child made
 by ``fork`` (``multiprocessing``'s default on Linux) hung in its first forward.
@@ -7,21 +8,25 @@ survive ``fork``: Numba's own OpenMP layer then stops the child ("fork() called 
 a process already using GNU OpenMP, this is unsafe"), and torch's own parallel
 regions (also GNU OpenMP in the CPU wheels) hang in it, corgnn or not.
 
-So, before the first parallel kernel launches:
+NOTE: Numba's fork-safe ``workqueue`` layer was tried as the default and dropped:
+its launches cost about 150 us each on this 2-core VM (a CSR SpMM of an 800-node,
+64-column mini-batch took 187-207 us under it, 40-53 us under OpenMP), 3-5x the
+product itself on the small graphs of mini-batch training. So corgnn keeps Numba's
+own choice of layer (OpenMP where available) and, in a forked child
+(:func:`os.register_at_fork`):
 
-* :func:`choose_layer` selects Numba's ``workqueue`` layer, which resets its
-  threads in a forked child, unless the user chose a layer
-  (``NUMBA_THREADING_LAYER`` or ``numba.config.THREADING_LAYER``); ``tbb`` would
-  also be fork-safe, but is not installed with corgnn.
-* ``workqueue`` must not run two parallel kernels at once (the kernels release the
-  GIL, so two Python threads could; Numba then aborts the process): every kernel
-  launch of the ``numba`` backend takes :func:`launch_lock` (each kernel uses every
-  thread anyway, so serialising costs nothing).
-* In a forked child (:func:`os.register_at_fork`): a fresh lock (the parent's
-  may have been held by another thread at the fork), and, when the parent launched
-  corgnn's kernels and torch runs on OpenMP with more than one thread, torch on
-  one thread, as PyTorch's own DataLoader sets its workers: otherwise torch's next
-  parallel op hangs in the child. The parent's thread counts are never changed.
+* when the parent ran corgnn's kernels on Numba's OpenMP layer, the ``numba``
+  backend declines every case in the child (:func:`unusable_reason`), so its
+  products run on the ``torch`` backend (same results, slower) instead of aborting;
+* when torch runs on OpenMP with more than one thread, torch on one thread, as
+  PyTorch's own DataLoader sets its workers (otherwise torch's next parallel op
+  hangs in the child). The parent's thread counts are never changed;
+* a fresh launch lock.
+
+``workqueue`` (chosen by the user with ``NUMBA_THREADING_LAYER=workqueue``) must not
+run two parallel kernels at once (the kernels release the GIL, so two Python
+threads could; Numba then aborts the process): under it every kernel launch of the
+``numba`` backend takes :func:`launch_lock`.
 """
 
 from __future__ import annotations
@@ -32,20 +37,9 @@ import threading
 import numba
 import torch
 
-__all__ = ["FORK_SAFE_LAYER", "choose_layer", "launch_lock", "mark_launched", "serialised"]
+__all__ = ["launch_lock", "mark_launched", "serialised", "unusable_reason"]
 
-FORK_SAFE_LAYER = "workqueue"
-
-_state = {"lock": threading.Lock(), "launched": False, "serial": True, "torch_omp": False}
-
-
-def choose_layer() -> str:
-    """Select :data:`FORK_SAFE_LAYER` unless the user chose a layer; return the
-    configured layer. Called when the kernels module is imported (before any
-    corgnn kernel launches; a layer Numba already launched stays)."""
-    if not os.environ.get("NUMBA_THREADING_LAYER") and numba.config.THREADING_LAYER == "default":
-        numba.config.THREADING_LAYER = FORK_SAFE_LAYER
-    return numba.config.THREADING_LAYER
+_state = {"lock": threading.Lock(), "launched": False, "serial": True, "torch_omp": False, "layer": None, "unusable": None}
 
 
 def mark_launched() -> None:
@@ -54,9 +48,15 @@ def mark_launched() -> None:
     _state["launched"] = True
     _state["torch_omp"] = "OpenMP" in torch.__config__.parallel_info()
     try:
-        _state["serial"] = numba.threading_layer() == "workqueue"
+        _state["layer"] = numba.threading_layer()
     except ValueError:  # pragma: no cover - threads not launched after all
-        _state["serial"] = True
+        _state["layer"] = None
+    _state["serial"] = _state["layer"] in (None, "workqueue")
+
+
+def unusable_reason() -> str | None:
+    """Why the ``numba`` backend cannot run in this process (None: it can)."""
+    return _state["unusable"]
 
 
 def serialised() -> bool:
@@ -71,6 +71,12 @@ def launch_lock() -> threading.Lock:
 
 def _after_fork_in_child() -> None:
     _state["lock"] = threading.Lock()
+    if _state["launched"] and _state["layer"] == "omp":
+        _state["unusable"] = (
+            "this process was forked from one whose Numba OpenMP threads ran corgnn's kernels, and GNU OpenMP does not "
+            "survive fork: the child runs them on the torch backend (start it with the 'spawn' or 'forkserver' method, "
+            "or set NUMBA_THREADING_LAYER=workqueue, to keep the Numba kernels)"
+        )
     if _state["launched"] and _state["torch_omp"] and torch.get_num_threads() > 1:
         torch.set_num_threads(1)
 
