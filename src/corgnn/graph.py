@@ -415,17 +415,32 @@ class Graph:
             ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
             n = self.num_nodes
             if build.supported(self.device, dtype):
-                ptr, col, val, _ = build.adjacency_csr(
+                ptr, col, val, entry = build.adjacency_csr(
                     self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_DIAGONAL if diagonal else build.LOOPS_KEEP, fill=0.0,
                     norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
                 )
                 csr = self._cache[key] = CSR(ptr, col, val, (n, n), check=False)
+                if diagonal:  # (the entry of each node's diagonal: known from the build)
+                    self._cache[key + ("diagonal",)] = torch.zeros(csr.nnz, dtype=dtype).index_fill_(0, entry[self.num_edges:], 1.0)
             else:
                 ei, w = self._edges(), aggr_edge_weights(self.edge_index, ew, n, aggr, dtype)
                 if diagonal:
                     ei, w = _with_loops(ei, w, 0.0, n, replace=False)
                 csr = self._cache[key] = CSR.from_coo(ei[1], ei[0], w, (n, n), coalesce=True)
         return self._format(key, csr, format)
+
+    def diagonal_mask(self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True) -> torch.Tensor:
+        """``(nnz,)`` of ``dtype``: 1 at the diagonal entries of
+        :meth:`aggr_adjacency` ``(aggr, diagonal=True)`` (CSR entry order), 0 elsewhere,
+        cached (GIN's ``A + (1 + eps) I`` is that matrix's values plus ``1 + eps``
+        times this)."""
+        A = self.aggr_adjacency(aggr, dtype=dtype, weighted=weighted, diagonal=True)
+        key = ("aggr", "sum" if aggr == "add" else aggr, dtype, bool(weighted and self.edge_weight is not None), True, "diagonal")
+        mask = self._cache.get(key)
+        if mask is None:
+            coo = A.to_coo()
+            mask = self._cache[key] = (coo.row == coo.col).to(dtype)
+        return mask
 
     # ---------------------------------------------------------- GAT adjacency
     def gat_adjacency(self, *, add_self_loops: bool = True, format: str = "csr") -> SparseFormat:

@@ -169,7 +169,11 @@ class GINConv(CorgnnConv):
             if sparse_values_weigh(graph):
                 w = w * graph.edge_weight.detach().to(val.dtype)
             val = entry_values(A, graph.edge_index, w)
-        return val + (1 + self.eps.to(val.dtype)) * self._diag(A)
+        if self.format == "csr":
+            diag = graph.diagonal_mask("sum", dtype=val.dtype, weighted=sparse_values_weigh(graph))
+        else:
+            diag = self._diag(A)  # (another format's entry order)
+        return val + (1 + self.eps.to(val.dtype)) * diag
 
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan | None:
         """The scheme of ``(A + (1 + eps) I) x W^T + b`` (``W``, ``b``: ``nn``'s first
