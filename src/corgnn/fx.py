@@ -51,7 +51,7 @@ class InputDropout:
     (``sparse_out=True``: every user takes sparse features) or the dense tensor of
     the same values; ``x``'s pattern (CSR) is built once per tensor version. ``x``
     that needs a gradient, is not a 2-D float tensor, or is more than
-    :data:`corgnn.nn.gcn.SPARSE_FEATURE_DENSITY` non-zero gets
+    :data:`corgnn.nn.base.SPARSE_FEATURE_DENSITY` non-zero gets
     ``torch.nn.functional.dropout`` itself.
 
     Args:

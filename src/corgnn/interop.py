@@ -79,7 +79,7 @@ def optimize(module: nn.Module, *, sparse_input_dropout: bool = True) -> nn.Modu
     ``sparse_input_dropout=True`` (default) the model's ``forward`` is traced with
     ``torch.fx`` and each active ``F.dropout``/``torch.dropout``/``nn.Dropout``
     applied directly to one of its inputs runs, in training mode, over that input's
-    non-zeros when it is at most ``corgnn.nn.gcn.SPARSE_FEATURE_DENSITY`` non-zero
+    non-zeros when it is at most ``corgnn.nn.base.SPARSE_FEATURE_DENSITY`` non-zero
     (and hands a corgnn layer its sparse features directly). Same distribution as
     PyTorch's dropout, a different random stream; eval mode runs the model's own
     ``forward``. A model ``torch.fx`` cannot trace keeps its forward (warning).

@@ -213,7 +213,7 @@ class DenseFeatures(nn.Module):
     """Ablation wrapper: a corgnn GCN/GAT that treats its input features as dense.
 
     corgnn keeps constant input features that are at most
-    ``corgnn.nn.gcn.SPARSE_FEATURE_DENSITY`` non-zero (Cora 1.3 %, CiteSeer 0.9 %) as
+    ``corgnn.nn.base.SPARSE_FEATURE_DENSITY`` non-zero (Cora 1.3 %, CiteSeer 0.9 %) as
     a sparse matrix and runs ``XΘ`` as an SpMM; PyG multiplies them dense. To separate
     that gain from the paper's reordering and caching, the first call (which decides
     and caches the choice per feature tensor) runs with the threshold set below zero;

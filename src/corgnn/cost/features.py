@@ -5,7 +5,7 @@ A layer can run the products that read its input features ``X (n, m)`` as SpMMs 
 fused-propagate backward ``X^T P`` (``Θ (m, k)``, ``P (n, k)``; see
 :mod:`corgnn.cost.gcn`). That saves ``t_dense - t_sparse`` per use, but the
 conversion itself reads ``X`` twice (count the non-zeros per row, then fill the CSR:
-:func:`corgnn.nn.gcn.dense_to_csr`), writes the CSR and, in training, sorts its
+:func:`corgnn.nn.base.dense_to_csr`), writes the CSR and, in training, sorts its
 entries once more for the transposed product ``X^T P`` (a CSC permutation). Constant features (a
 dataset's ``x``) are converted once and used every step; a tensor that is new on
 every call (e.g. the output of a dropout) is used once, so it is converted only

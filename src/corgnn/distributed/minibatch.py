@@ -28,7 +28,7 @@ class ClusterBatches:
     labels and masks with them), ``graph`` the induced subgraph as a
     :class:`corgnn.Graph` on ``b`` nodes (edges between clusters are dropped) and
     ``x_b`` the cluster's rows of ``x`` (None without ``x``), kept across epochs: a
-    corgnn CSR when at most :data:`corgnn.nn.gcn.SPARSE_FEATURE_DENSITY` of them are
+    corgnn CSR when at most :data:`corgnn.nn.base.SPARSE_FEATURE_DENSITY` of them are
     non-zero (as the layers would convert them, once instead of every batch).
 
     Args:

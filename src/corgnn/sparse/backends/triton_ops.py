@@ -13,8 +13,8 @@ launches :mod:`.triton_kernels`. Its fake implementation is the op's own
 same output metadata. ``gat_node_scores`` and ``gat_head_weighted_sums`` are dense
 reductions: they run as torch ops (cuBLAS-backed einsums), not Triton kernels.
 
-Tuning constants (untuned: no GPU was available when they were written; see the
-closing note of the GPU-backend issue):
+Tuning constants (set without a GPU measurement; every specialization they produce
+compiles for sm_80/sm_90, see ``corgnn bench triton-aot`` and benchmarks/README.md):
 
 * :data:`BLOCK_E` entries per inner step, :data:`MAX_BLOCK_F` feature columns per
   program, :data:`MAX_BLOCK_K` per-head features per program;
