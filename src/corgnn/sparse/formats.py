@@ -444,9 +444,11 @@ class CSR(SparseFormat):
 
             counts = coalesce and val is None  # (a coalesced pattern holds multiplicities)
             v = torch.ones(row.numel(), dtype=torch.get_default_dtype()) if counts else val
-            ptr, c, v, _ = coo_to_csr(row.long(), col.long(), v, n, coalesce=coalesce)
+            ptr, c, v, entry = coo_to_csr(row.long(), col.long(), v, n, coalesce=coalesce)
             if counts and c.numel() == row.numel():
                 v = None  # no duplicates: still a pattern
+            elif val is not None and val.requires_grad and torch.is_grad_enabled():
+                v = val.new_zeros(c.numel()).index_add(0, entry, val)  # (the same sums, differentiable w.r.t. val)
             return CSR(ptr, c, v, (n, m), check=False)
         if row.numel():
             key = row * max(m, 1) + col
