@@ -227,11 +227,15 @@ class Graph:
         if self.edge_weight is None:
             return self
         if self._unweighted is None:
-            g = Graph.__new__(Graph)
-            g.__dict__.update(self.__dict__)
-            g.edge_weight, g._cache = None, {}
-            self._unweighted = g
+            self._unweighted = self._sharing_edges(None)
         return self._unweighted
+
+    def _sharing_edges(self, edge_weight) -> "Graph":
+        """A Graph of these (validated) edges with ``edge_weight`` and empty caches."""
+        g = Graph.__new__(Graph)
+        g.__dict__.update(self.__dict__)
+        g.edge_weight, g._cache, g._unweighted = edge_weight, {}, None
+        return g
 
     def with_edge_weight(self, edge_weight: torch.Tensor | None) -> "Graph":
         """A Graph of these edges with ``edge_weight (q,)`` (validated; None: the
@@ -241,9 +245,7 @@ class Graph:
         check_edge_weight(edge_weight, self.num_edges)
         if edge_weight.device != self.device:
             raise ValueError(f"edge_weight is on {edge_weight.device} but edge_index is on {self.device}")
-        g = Graph.__new__(Graph)
-        g.__dict__.update(self.__dict__)
-        g.edge_weight, g._cache = edge_weight, {}
+        g = self._sharing_edges(edge_weight)
         g._unweighted = self.unweighted()
         return g
 
