@@ -408,3 +408,59 @@ def test_optimize_leaves_an_appnp_with_dropout_one_to_pyg():
     with pytest.warns(UserWarning, match="dropout=1.0"):
         out = corgnn.optimize(model)
     assert isinstance(out[0], PygAPPNP)
+
+
+# ------------------------------------------------------- per-call overheads
+
+
+def test_approximate_plans_cost_rounded_sizes_and_keep_the_calls_own():
+    from corgnn.cost.gcn import PLAN_SIGNIFICANT_BITS, plan_gcn, rounded_size
+
+    assert rounded_size(None) is None and rounded_size(63) == 63 and rounded_size(64) == 64
+    assert rounded_size(801) == 800 and rounded_size(4003) == 3968
+    for v in (65, 801, 4003, 123_457, 2**40 + 12345):
+        r = rounded_size(v)
+        assert r <= v and (v - r) / v < 2.0 ** (1 - PLAN_SIGNIFICANT_BITS) and r.bit_length() == v.bit_length()
+        assert bin(r).rstrip("0").count("1") <= PLAN_SIGNIFICANT_BITS
+    for n, q, m, k, ig in ((801, 4003, 64, 64, True), (2708, 13264, 1433, 16, False), (50_001, 800_123, 128, 512, True)):
+        exact = plan_gcn(n, q, m, k, ig)
+        approx = plan_gcn(n, q, m, k, ig, approximate=True)
+        at = plan_gcn(rounded_size(n), rounded_size(q), m, k, ig)
+        assert (approx.n, approx.q, approx.costed_at) == (n, q, (rounded_size(n), rounded_size(q), None))
+        assert approx.scheme == at.scheme and approx.costs == at.costs
+        assert approx.scheme.forward == exact.scheme.forward  # (rounding by < 1.6 % moves no Table-2 boundary here)
+        assert "sizes rounded" in approx.table() and "sizes rounded" not in exact.table()
+    small = plan_gcn(40, 60, 8, 4, True, approximate=True)
+    assert small.costed_at is None and small == plan_gcn(40, 60, 8, 4, True)
+
+
+def test_gin_with_a_frozen_eps_sees_eps_and_nn_edits():
+    torch.manual_seed(0)
+    ei = torch.randint(0, 30, (2, 90))
+    x = torch.randn(30, 6, dtype=F64)
+    mlp = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 5)).double()
+    ref = PygGINConv(copy.deepcopy(mlp), eps=0.25)
+    ours = corgnn.optimize(copy.deepcopy(ref))
+    assert torch.allclose(ours(x, ei), ref(x, ei), atol=1e-12)
+    for layer in (ref, ours):
+        layer.eps.fill_(-0.5)  # an in-place edit of the frozen eps: the kept values must follow
+    assert torch.allclose(ours(x, ei), ref(x, ei), atol=1e-12)
+    lin = torch.nn.Linear(6, 8).double()
+    for layer in (ref, ours):
+        layer.nn[0] = copy.deepcopy(lin)  # a replaced first Linear: the memoised slot must follow
+    assert torch.allclose(ours(x, ei), ref(x, ei), atol=1e-12)
+    with torch.no_grad():
+        assert torch.allclose(ours(x, ei), ref(x, ei), atol=1e-12)
+
+
+def test_non_finite_features_are_refused_from_the_caller_not_from_activations():
+    layer = GCNConv(4, 3)
+    ei = torch.randint(0, 10, (2, 30))
+    bad = torch.randn(10, 4)
+    bad[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="x contains 1 NaN"):
+        layer(bad, ei)
+    with pytest.raises(ValueError, match="x contains 1 NaN"):
+        layer(bad.requires_grad_(), ei)  # (a leaf that needs a gradient is still the caller's data)
+    act = bad * torch.ones(1, requires_grad=True)  # an activation: the model's own arithmetic, as in PyG
+    assert torch.isnan(layer(act, ei)).any()

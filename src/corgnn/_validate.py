@@ -103,7 +103,13 @@ def check_edge_weight(edge_weight, num_edges: int) -> None:
 
 
 def check_features(name: str, x, num_nodes: int, channels: int | None = None) -> None:
-    """Validate node features ``x``: ``(num_nodes, channels)`` floating and finite."""
+    """Validate node features ``x``: ``(num_nodes, channels)`` floating and finite.
+
+    NaN/Inf are looked for in the caller's data only: a tensor with a ``grad_fn``
+    (an activation the model computed, e.g. the previous layer's output) is not
+    scanned, since a non-finite value there comes from the model's own arithmetic
+    (PyG scans none) and the scan would cost one pass over ``x`` in every layer of
+    every step (~15 us on a mini-batch of 800 nodes x 64 channels)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (num_nodes, channels), got {type(x).__name__}")
     if not x.is_floating_point():
@@ -115,4 +121,5 @@ def check_features(name: str, x, num_nodes: int, channels: int | None = None) ->
         raise ValueError(f"{name} has {x.size(0)} rows but the graph has {num_nodes} nodes")
     if channels is not None and x.size(1) != channels:
         raise ValueError(f"{name} has {x.size(1)} columns but the layer expects in_channels={channels}")
-    check_finite(name, x)
+    if x.grad_fn is None:
+        check_finite(name, x)

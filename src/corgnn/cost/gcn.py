@@ -38,11 +38,11 @@ backward *instead of* ``X (n, m)``.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-__all__ = ["GCNScheme", "GCN_SCHEMES", "REUSE_SCHEME", "SchemeCost", "GCNPlan", "plan_gcn", "parse_scheme", "MachineModel", "static_scheme_name", "REPRESENTATIVE_DEGREE",
+__all__ = ["GCNScheme", "GCN_SCHEMES", "REUSE_SCHEME", "SchemeCost", "GCNPlan", "plan_gcn", "PLAN_SIGNIFICANT_BITS", "rounded_size", "parse_scheme", "MachineModel", "static_scheme_name", "REPRESENTATIVE_DEGREE",
            "spmm_cost", "gemm_cost", "format_number"]
 
 
@@ -159,6 +159,10 @@ class GCNPlan:
     forced: bool = False
     x_nnz: int | None = None
     reuse: bool = False
+    costed_at: tuple[int, int, int | None] | None = None
+    """``(n, q, x_nnz)`` the costs were estimated at when they differ from the call's
+    sizes (``plan_gcn(..., approximate=True)``: sizes rounded to
+    :data:`PLAN_SIGNIFICANT_BITS`); None: at the call's own sizes."""
 
     def table(self) -> str:
         """Human-readable table of every scheme's cost and the choice."""
@@ -176,6 +180,10 @@ class GCNPlan:
             mark = "  <==" if c.scheme == self.scheme else ""
             lines.append("  ".join(format_number(r[h]).ljust(w) for h, w in zip(head, widths)) + mark)
         lines.append(f"choice: {self.scheme.name} ({self.reason})")
+        if self.costed_at is not None:
+            n, q, x_nnz = self.costed_at
+            lines.append(f"(costs estimated at n={n} q={q}{'' if x_nnz is None else f' x_nnz={x_nnz}'}: sizes rounded to "
+                         f"{PLAN_SIGNIFICANT_BITS} significant bits, so a graph that changes every call reuses a plan)")
         return "\n".join(lines)
 
 
@@ -273,6 +281,7 @@ def plan_gcn(
     x_nnz: int | None = None,
     reuse: bool = False,
     reuse_extra_memory: bool = False,
+    approximate: bool = False,
 ) -> GCNPlan:
     """Choose the GCN scheme for one call.
 
@@ -297,6 +306,12 @@ def plan_gcn(
             keeping ``A'X`` never raises a step's peak memory: it replaces the
             ``A'X`` that propagate-first+split+cache holds anyway (k >= m/2), and is
             left out where transform-first's ``2 n k`` transients are smaller.
+        approximate: cost the schemes at ``n``, ``q`` and ``x_nnz`` rounded down to
+            :data:`PLAN_SIGNIFICANT_BITS` significant bits (at most 1.6 % smaller),
+            so that calls on graphs of nearly the same size share one plan (the
+            layers' setting: a graph that changes every call, e.g. a mini-batch,
+            would otherwise pay a full plan, ~60 us, per layer and call). The
+            returned plan carries the call's own sizes and ``costed_at``.
 
     Returns:
         :class:`GCNPlan` with the chosen scheme, every scheme's cost and the reason.
@@ -306,9 +321,31 @@ def plan_gcn(
     """
     args = (n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory)
     try:
-        return _plan_gcn_memo(*args)
+        return _plan_gcn_approximate(*args) if approximate else _plan_gcn_memo(*args)
     except TypeError:  # (an unhashable argument, e.g. a list of candidates: plan without the memo)
         return _plan_gcn(*args)
+
+
+PLAN_SIGNIFICANT_BITS = 6
+"""Significant bits of the sizes ``plan_gcn(..., approximate=True)`` costs at."""
+
+
+def rounded_size(v: int | None) -> int | None:
+    """``v`` rounded down to :data:`PLAN_SIGNIFICANT_BITS` significant bits (exact
+    below ``2**PLAN_SIGNIFICANT_BITS``; None stays None)."""
+    if v is None or v < (1 << PLAN_SIGNIFICANT_BITS):
+        return v
+    drop = v.bit_length() - PLAN_SIGNIFICANT_BITS
+    return (v >> drop) << drop
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan_gcn_approximate(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory) -> GCNPlan:
+    at = (rounded_size(n), rounded_size(q), rounded_size(x_nnz))
+    if n < 0 or q < 0 or at == (n, q, x_nnz):
+        return _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory)
+    plan = _plan_gcn_memo(at[0], at[1], m, k, input_grad, training, scheme, machine, candidates, at[2], reuse, reuse_extra_memory)
+    return replace(plan, n=n, q=q, x_nnz=x_nnz, costed_at=at)
 
 
 @functools.lru_cache(maxsize=1024)

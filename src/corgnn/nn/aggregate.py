@@ -75,7 +75,7 @@ class _AggregateLinear(CorgnnConv):
         training = self._backward_will_run(x_grad)
         return plan_gcn(
             graph.num_nodes, A.nnz, self.in_channels, self.out_channels, input_grad=training and x_grad,
-            training=training, scheme=self.scheme, candidates=GCN_SCHEMES if dense else GCN_SCHEMES[:1], x_nnz=x_nnz,
+            training=training, scheme=self.scheme, candidates=GCN_SCHEMES if dense else GCN_SCHEMES[:1], x_nnz=x_nnz, approximate=True,
         )
 
     def _check_size(self, size) -> None:

@@ -259,7 +259,7 @@ class GCNConv(CorgnnConv):
             graph.num_nodes, A.nnz, self.in_channels, self.out_channels, input_grad=training and x_grad,
             training=training, scheme=self.scheme, candidates=candidates, x_nnz=x_nnz,
             reuse=self._constant_input(x, graph) and self._propagation.seen(x, A),
-            reuse_extra_memory=getattr(self, "cache_propagation", "auto") is True,
+            reuse_extra_memory=getattr(self, "cache_propagation", "auto") is True, approximate=True,
         )
 
     def _constant_input(self, x, graph: Graph) -> bool:
@@ -353,7 +353,7 @@ class GCNConv(CorgnnConv):
         training = self._backward_will_run(x.requires_grad)
         plan = plan_gcn(
             graph.num_nodes, A.nnz, B * m, B * k, input_grad=training and x.requires_grad,
-            training=training, scheme=self.scheme, candidates=GCN_SCHEMES,
+            training=training, scheme=self.scheme, candidates=GCN_SCHEMES, approximate=True,
         )
         self.last_plan = plan
         out = GCNFunction.apply(x2, weight, bias, A, plan.scheme, None, self._edge_values(graph, A))
