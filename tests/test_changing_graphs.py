@@ -464,3 +464,35 @@ def test_non_finite_features_are_refused_from_the_caller_not_from_activations():
         layer(bad.requires_grad_(), ei)  # (a leaf that needs a gradient is still the caller's data)
     act = bad * torch.ones(1, requires_grad=True)  # an activation: the model's own arithmetic, as in PyG
     assert torch.isnan(layer(act, ei)).any()
+
+
+def test_a_dense_sample_rules_out_the_sparse_feature_count_only_for_dense_features():
+    from corgnn.nn.base import SPARSE_FEATURE_DENSITY, dense_sample_rules_out
+
+    g = torch.Generator().manual_seed(0)
+    for n, m in ((1000, 16), (2708, 1433), (5000, 64)):
+        limit = int(SPARSE_FEATURE_DENSITY * n * m)
+        half = torch.randn(n, m, generator=g).relu()  # an activation: about half non-zero
+        assert dense_sample_rules_out(half, limit)
+        for density in (0.01, 0.03, SPARSE_FEATURE_DENSITY):
+            sparse = torch.randn(n, m, generator=g) * (torch.rand(n, m, generator=g) < density)
+            assert not dense_sample_rules_out(sparse, limit)
+        clustered = torch.zeros(n, m)
+        clustered[: n // 50] = 1.0  # 2 % non-zero, all in the first rows: the sample must not rule it out
+        assert not dense_sample_rules_out(clustered, limit)
+    assert not dense_sample_rules_out(torch.ones(100, 8), 0)  # (small x: always counted in full)
+
+
+def test_inference_on_activations_gives_pyg_outputs_with_and_without_sparse_inputs():
+    torch.manual_seed(0)
+    ei = torch.randint(0, 400, (2, 1600))
+    mk = lambda i: PygGINConv(torch.nn.Sequential(torch.nn.Linear(i, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16)))  # noqa: E731
+    ref = torch.nn.ModuleList([mk(32), mk(16)])
+    ours = corgnn.optimize(copy.deepcopy(ref))
+    sparse_x = torch.randn(400, 32) * (torch.rand(400, 32) < 0.02)
+    for x in (torch.randn(400, 32), sparse_x):
+        with torch.no_grad():
+            h, r = x, x
+            for a, b in zip(ours, ref):
+                h, r = a(h, ei).relu(), b(r, ei).relu()
+        assert torch.allclose(h, r, atol=1e-5)

@@ -24,7 +24,7 @@ from ..sparse.formats import CSR, SparseFormat, ptr_from_sorted
 from ..sparse.torch_sparse import from_torch_sparse
 
 __all__ = [
-    "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr",
+    "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr", "SAMPLE_ROWS", "dense_sample_rules_out",
     "SparseView", "num_rows", "check_compiled_x", "UnsupportedOption", "check_message_passing_kwargs", "check_flow",
     "check_value_grad", "sparse_values_weigh", "message_passing_unsupported", "is_lazy", "not_parameters",
     "adopt_parameters", "linear_params",
@@ -127,6 +127,8 @@ class FeatureCache(FeatureCheck):
             if not plan_feature_conversion(n, m, 0, width, training=training, uses=1).convert:
                 self.last_conversion = plan_feature_conversion(n, m, limit, width, training=training, uses=1)
                 return None
+        if dense_sample_rules_out(x, limit):
+            return None
         ptr = row_pointer(x)
         nnz = int(ptr[-1])
         if nnz > limit:
@@ -150,6 +152,27 @@ def _numba_runs(x: torch.Tensor) -> bool:
     from ..sparse.backends.numba_threads import unusable_reason
 
     return unusable_reason() is None
+
+
+SAMPLE_ROWS = 64
+"""Rows of ``x`` :func:`dense_sample_rules_out` counts before a full count."""
+
+
+def dense_sample_rules_out(x: torch.Tensor, limit: int) -> bool:
+    """Whether :data:`SAMPLE_ROWS` evenly spaced rows of ``x (n, m)`` already hold
+    more than twice the non-zeros (plus 16) that ``limit`` (for all of ``x``) allows
+    them: then ``x`` is not sparse and the full count is skipped. Activations without
+    autograd (inference, ``torch.no_grad``) reach every layer as new constant tensors
+    about half non-zero; one count over 64 rows (~3 us) instead of a pass over ``x``
+    per layer and call. A sparse ``x`` (Planetoid's ~1 % bag-of-words against the 5 %
+    limit) is never ruled out by the margin; a wrong "not ruled out" only costs the
+    full count."""
+    n = x.size(0)
+    if n <= 2 * SAMPLE_ROWS:
+        return False
+    rows = x[:: n // SAMPLE_ROWS]
+    allowed = 2 * limit * rows.size(0) / n + 16
+    return int(torch.count_nonzero(rows)) > allowed
 
 
 def row_pointer(x: torch.Tensor) -> torch.Tensor:
