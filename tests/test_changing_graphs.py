@@ -496,3 +496,31 @@ def test_inference_on_activations_gives_pyg_outputs_with_and_without_sparse_inpu
             for a, b in zip(ours, ref):
                 h, r = a(h, ei).relu(), b(r, ei).relu()
         assert torch.allclose(h, r, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat", "sgc", "appnp"])
+def test_a_write_that_bypasses_the_version_counter_gives_one_answer_whole_then_clear_caches_the_new(kind):
+    """Issue 23 item 3: mostly-zero x (the sparse-feature path), a write through
+    ``x.data``: never a mix of the old and the new features."""
+    from torch_geometric.nn import APPNP, GATConv, SAGEConv, SGConv
+
+    torch.manual_seed(0)
+    n = 200
+    ei = torch.randint(0, n, (2, 800))
+    x = torch.randn(n, 50) * (torch.rand(n, 50) < 0.02)
+    make = {"sage": lambda: SAGEConv(50, 8), "gcn": lambda: PygGCNConv(50, 8), "gat": lambda: GATConv(50, 8, heads=2),
+            "sgc": lambda: SGConv(50, 8), "appnp": lambda: APPNP(10, 0.1)}[kind]
+    ref = make()
+    ours = corgnn.optimize(copy.deepcopy(ref))
+    for grad in (True, False):
+        xx = x.clone()
+        with torch.set_grad_enabled(grad):
+            old = ref(xx, ei)
+            ours(xx, ei), ours(xx, ei)
+            xx.data[3, 1] = 5.0
+            xx.data[int(ei[0, 0]), 2] = 3.0
+            new = ref(xx, ei)
+            got = ours(xx, ei)
+            assert torch.allclose(got, old, atol=1e-5) or torch.allclose(got, new, atol=1e-5)  # one answer, whole
+            corgnn.clear_caches(ours)
+            torch.testing.assert_close(ours(xx, ei), new, atol=1e-5, rtol=1e-5)

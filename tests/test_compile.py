@@ -107,3 +107,20 @@ def test_compile_in_fresh_process_before_any_eager_call():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("order", ["row", "col"])
+def test_compile_fullgraph_of_an_unnormalized_gcn_on_a_sorted_edge_index(order):
+    """Issue 23 item 9: ``GCNConv(normalize=False, add_self_loops=False)`` on a sorted
+    PyG ``EdgeIndex`` under ``torch.compile(fullgraph=True)`` (PyG's own test case)."""
+    from torch_geometric import EdgeIndex
+    from torch_geometric.nn import GCNConv
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    ei = EdgeIndex(torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]]), sparse_size=(4, 4)).sort_by(order)[0]
+    conv = GCNConv(16, 32, normalize=False, add_self_loops=False)
+    ours = corgnn.optimize(conv)
+    expected = ours(x, ei)
+    dynamo.reset()
+    torch.testing.assert_close(torch.compile(ours, fullgraph=True)(x, ei), expected, atol=1e-6, rtol=1e-5)
