@@ -233,17 +233,19 @@ def choose_cache(
 ) -> GATPlan:
     """The plan over candidate ``costs`` (one per scheme, least caching first): a forced
     ``cache`` (already a canonical name) as given; inference caches nothing (the
-    first scheme); else the fastest within ``memory_budget`` (fewest bytes on a tie),
-    ``unlimited_reason`` naming it without a budget. Shared by :func:`plan_gat` and
+    first scheme); else the fastest within ``memory_budget`` (fewest bytes on a tie;
+    the least memory when none fits), ``unlimited_reason`` naming it without a budget. Shared by :func:`plan_gat` and
     :func:`corgnn.cost.gatv2.plan_gatv2`. ``sizes`` = ``(n, q, h, k, m)``."""
     if cache != "auto":
         return GATPlan(cache, costs, "forced by the caller", *sizes, training=training, forced=True, memory_budget=memory_budget, layer=layer)
     if not training:
         return GATPlan(costs[0].scheme, costs, "inference: no backward pass, nothing cached", *sizes, training=False, memory_budget=memory_budget, layer=layer)
     fits = [c for c in costs if memory_budget is None or c.extra_bytes <= memory_budget]
-    best = min(fits, key=lambda c: (c.time_s, c.extra_bytes))
+    best = min(fits or costs, key=lambda c: (c.time_s, c.extra_bytes) if fits else (c.extra_bytes, c.time_s))
     if memory_budget is None:
         reason = unlimited_reason
+    elif not fits:
+        reason = f"no scheme fits the budget of {memory_budget} bytes: the least memory (keeps {best.extra_bytes} extra bytes)"
     else:
         reason = f"fastest within the budget of {memory_budget} bytes (keeps {best.extra_bytes} extra bytes)"
     return GATPlan(best.scheme, costs, reason, *sizes, training=True, memory_budget=memory_budget, layer=layer)

@@ -217,7 +217,7 @@ class TorchBackend(Backend):
             dalpha, ad = dalpha * keep, alpha * keep
         dot = torch.zeros(n, H, dtype=alpha.dtype, device=alpha.device).index_add_(0, dst, alpha * dalpha)
         de = alpha * (dalpha - dot.index_select(0, dst))
-        g = de.unsqueeze(-1) * att * torch.where(t > 0, 1.0, negative_slope).to(t.dtype)
+        g = de.unsqueeze(-1) * att * torch.ones_like(t).masked_fill_(t <= 0, negative_slope)  # LeakyReLU'(t)
         dXR = torch.zeros_like(XR).index_add_(0, dst, g)
         dXL = torch.zeros_like(XL).index_add_(0, src, g) + _spmm(src, dst, ad, G, XL.size(0))
         datt = (de.unsqueeze(-1) * f).sum(0)
