@@ -19,7 +19,7 @@ from corgnn.graph import Graph
 from corgnn.nn import GATv2, GATv2Conv, UnsupportedOption
 from corgnn.sparse import use_backend
 from corgnn.sparse.attention import DropoutSpec, dropout_keep_mask
-from conftest import FAST_GRADCHECK, KERNEL_BACKENDS, make_graph
+from conftest import FAST_GRADCHECK, FORCED_TRITON_INTERPRETER, KERNEL_BACKENDS, make_graph
 
 SCHEMES = list(GATV2_CACHE_SCHEMES)
 F64 = torch.float64
@@ -256,6 +256,8 @@ def test_dropout_modes():
     torch.manual_seed(1)
     torch.testing.assert_close(layer(x, ei), b)  # seed drawn from torch's generator
     assert not torch.allclose(layer(x, ei), b)  # a fresh mask per call
+    if FORCED_TRITON_INTERPRETER:  # (300 interpreted calls: minutes; the mask itself is checked per backend above)
+        return
     # train-mode statistics: the dropped output is unbiased (mean over masks ~ eval output)
     layer.eval()
     with torch.no_grad():
