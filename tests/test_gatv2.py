@@ -314,15 +314,29 @@ def test_pickle_and_save_after_forward():
         torch.testing.assert_close(other(x, ei), layer(x, ei))
 
 
-def test_gatv2_model_on_cora(cora):
-    x = cora.x[:400]
+@pytest.mark.parametrize("residual", [False, True])
+def test_gatv2_sparse_features_match_dense(cora, residual):
+    """Bag-of-words features (constant, ~1 % non-zero) run SpMMs instead of the
+    transforms' GEMMs: the same outputs and parameter gradients as the dense path."""
+    x = (cora.x[:400] / cora.x[:400].sum(1, keepdim=True).clamp_min(1)).to(F64)
     keep = (cora.edge_index < 400).all(0)
     ei = cora.edge_index[:, keep]
     torch.manual_seed(0)
-    model = GATv2(x.size(1), 4, 7, heads=2)
+    layer = GATv2Conv(x.size(1), 4, heads=2, residual=residual).to(F64)
+    assert layer.sparse_features(x) is not None
+    out = layer(x, ei)  # (x needs no grad: the sparse path)
+    out.sum().backward()
+    sparse = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    dense_out = layer(x.clone().requires_grad_(), ei)  # needs dL/dx: the dense path
+    dense_out.sum().backward()
+    torch.testing.assert_close(dense_out, out)
+    assert_all_close([p.grad for p in layer.parameters()], sparse)
+    torch.manual_seed(0)
+    model = GATv2(x.size(1), 4, 7, heads=2).to(F64)
     model(x, ei).square().sum().backward()
     assert model.schemes() == ["edge_weights", "edge_weights"]
-    budget = GATv2(x.size(1), 4, 7, heads=2, memory_budget=0)
+    budget = GATv2(x.size(1), 4, 7, heads=2, memory_budget=0).to(F64)
     budget(x, ei).sum().backward()
     assert budget.schemes() == ["none", "none"]
 

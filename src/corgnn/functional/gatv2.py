@@ -33,16 +33,26 @@ from .gat import entry_endpoints
 __all__ = ["GATv2Function", "gatv2_conv", "gatv2_attention"]
 
 
-def _side(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, heads: int) -> torch.Tensor:
-    """``x weight^T + bias`` viewed ``(n, heads, k)``."""
-    out = torch.mm(x, weight.t()) if bias is None else torch.addmm(bias, x, weight.t())
+def _side(x: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None, heads: int, xs: SparseFormat | None = None) -> torch.Tensor:
+    """``x weight^T + bias`` viewed ``(n, heads, k)``; an SpMM over the non-zeros of the
+    sparse features ``xs`` when given (then ``x`` is not read)."""
+    if xs is not None:
+        out = spmm(xs, weight.t(), bias=bias)
+    else:
+        out = torch.mm(x, weight.t()) if bias is None else torch.addmm(bias, x, weight.t())
     return out.unflatten(1, (heads, -1))
 
 
-def _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads):
-    XL = _side(x_l, w_l, b_l, heads)
-    XR = XL if w_r is None else _side(x_l if x_r is None else x_r, w_r, b_r, heads)
+def _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads, xs=None):
+    XL = _side(x_l, w_l, b_l, heads, xs)
+    XR = XL if w_r is None else _side(x_l if x_r is None else x_r, w_r, b_r, heads, xs)
     return XL, XR
+
+
+def _weight_grad(dX: torch.Tensor, x: torch.Tensor | None, xs: SparseFormat | None) -> torch.Tensor:
+    """``dX^T x``; with sparse ``xs`` a transposed SpMM over its non-zeros."""
+    # NOTE: dW = dX^T X = (X^T dX)^T: with sparse X a transposed SpMM instead of a dense GEMM.
+    return spmm(xs, dX, transpose=True).t() if xs is not None else torch.mm(dX.t(), x)
 
 
 def _finish(out3: torch.Tensor, concat: bool, bias: torch.Tensor | None) -> torch.Tensor:
@@ -71,12 +81,17 @@ class GATv2Function(torch.autograd.Function):
 
     The inputs ``x_l``/``x_r`` are kept when a weight gradient needs them (and by
     "none"). The dropout mask is never stored: backward redraws it from the seed.
+
+    Sparse input features: ``xs`` (a sparse ``(n, m)`` format holding the one input's
+    values, e.g. Planetoid's bag-of-words; ``x_l`` and ``x_r`` are then None and get
+    no gradient) replaces the GEMMs that read ``x`` by SpMMs over its non-zeros, and
+    is kept instead of ``x``.
     """
 
     @staticmethod
-    def forward(ctx, x_l, x_r, w_l, b_l, w_r, b_r, att, bias, seed, A: SparseFormat, heads: int, concat: bool, negative_slope: float, p: float, cache: str):
+    def forward(ctx, x_l, x_r, w_l, b_l, w_r, b_r, att, bias, seed, A: SparseFormat, heads: int, concat: bool, negative_slope: float, p: float, cache: str, xs: SparseFormat | None = None):
         drop = DropoutSpec(p, seed)
-        XL, XR = _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads)
+        XL, XR = _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads, xs)
         out3, alpha, lse = gatv2_attention_forward(A, XL, XR, att, negative_slope, drop, want_alpha=cache == "edge_weights")
         ctx.A, ctx.heads, ctx.concat, ctx.slope, ctx.p, ctx.cache = A, heads, concat, negative_slope, p, cache
         need_wl, need_wr = ctx.needs_input_grad[2], ctx.needs_input_grad[4]
@@ -86,6 +101,7 @@ class GATv2Function(torch.autograd.Function):
         keep_row = (alpha, None) if cache == "edge_weights" else (None, lse)
         ctx.shared = XR is XL
         ctx.same_x = x_r is None
+        ctx.xs = xs if (cache == "none" or need_wl or need_wr) else None
         ctx.save_for_backward(keep_xl, keep_xr, w_l, b_l, w_r, b_r, att, *keep_side, *keep_row, seed)
         return _finish(out3, concat, bias)
 
@@ -106,7 +122,7 @@ class GATv2Function(torch.autograd.Function):
                 # NOTE: out = mean_h out3, so dL/dout3[:, h] = G / heads for every head.
                 G = (grad_out / heads).unsqueeze(1).expand(n, heads, grad_out.size(1))
             if XL is None:  # "none": recompute XL, XR
-                XL, XR = _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads)
+                XL, XR = _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads, ctx.xs)
             elif ctx.shared:
                 XR = XL
             dXL, dXR, datt = gatv2_attention_backward(ctx.A, G, XL, XR, att, ctx.slope, DropoutSpec(ctx.p, seed), alpha=alpha, lse=lse)
@@ -117,7 +133,7 @@ class GATv2Function(torch.autograd.Function):
             dXL = dXL.flatten(1)
             xr_eff = x_l if ctx.same_x else x_r
             if need[2]:
-                gwl = torch.mm(dXL.t(), x_l)
+                gwl = _weight_grad(dXL, x_l, ctx.xs)
             if need[3]:
                 gbl = dXL.sum(0)
             if need[0]:
@@ -125,7 +141,7 @@ class GATv2Function(torch.autograd.Function):
             if not ctx.shared:
                 dXR = dXR.flatten(1)
                 if need[4]:
-                    gwr = torch.mm(dXR.t(), xr_eff)
+                    gwr = _weight_grad(dXR, xr_eff, ctx.xs)
                 if need[5]:
                     gbr = dXR.sum(0)
                 if need[1] or (ctx.same_x and need[0]):
@@ -134,7 +150,7 @@ class GATv2Function(torch.autograd.Function):
                         gxl = gxl + gx
                     else:
                         gxr = gx
-        return gxl, gxr, gwl, gbl, gwr, gbr, gatt, gb, None, None, None, None, None, None, None
+        return gxl, gxr, gwl, gbl, gwr, gbr, gatt, gb, None, None, None, None, None, None, None, None
 
 
 def gatv2_conv(
@@ -155,6 +171,7 @@ def gatv2_conv(
     training: bool = False,
     cache: str = "edge_weights",
     return_attention_weights: bool = False,
+    xs: SparseFormat | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Functional multi-head GATv2 layer (no validation; :class:`corgnn.nn.GATv2Conv` validates).
 
@@ -162,7 +179,8 @@ def gatv2_conv(
     ``w_l (heads*k, m_l)``, ``b_l (heads*k,)`` or None, ``w_r``/``b_r`` likewise or
     ``w_r=None`` (shared weights on one input), ``att (1, heads, k)``, ``bias
     (heads*k,)`` (concat) or ``(k,)`` or None, ``A`` the attention pattern ``(n_dst,
-    n_src)`` -> ``(n_dst, heads*k)`` if ``concat`` else ``(n_dst, k)``.
+    n_src)`` -> ``(n_dst, heads*k)`` if ``concat`` else ``(n_dst, k)``. ``xs``: sparse
+    ``(n, m)`` input features used instead of ``x_l`` (then None; one graph only).
 
     ``dropout`` applies to the attention coefficients when ``training`` (a float draws
     a fresh seed from torch's generator; a :class:`DropoutSpec` fixes it). ``cache`` is
@@ -181,13 +199,13 @@ def gatv2_conv(
     tensors = (x_l, x_r, w_l, b_l, w_r, b_r, att, bias)
     grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     if return_attention_weights and (grad or drop.active):
-        XL, XR = _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads)
+        XL, XR = _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads, xs)
         out3, alpha = gatv2_attention(XL, XR, att, A, negative_slope=negative_slope, dropout=drop.p, training=True)
         return _finish(out3, concat, bias), alpha
     if grad:
-        return GATv2Function.apply(x_l, x_r, w_l, b_l, w_r, b_r, att, bias, drop.seed, A, heads, concat, negative_slope, drop.p, cache)
+        return GATv2Function.apply(x_l, x_r, w_l, b_l, w_r, b_r, att, bias, drop.seed, A, heads, concat, negative_slope, drop.p, cache, xs)
     with torch.no_grad():
-        XL, XR = _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads)
+        XL, XR = _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads, xs)
         out3, alpha, _ = gatv2_attention_forward(A, XL, XR, att, negative_slope, drop, want_alpha=return_attention_weights)
         out = _finish(out3, concat, bias)
     return (out, alpha) if return_attention_weights else out

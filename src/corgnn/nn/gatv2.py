@@ -14,9 +14,10 @@ from ..cost.gatv2 import parse_gatv2_cache, plan_gatv2
 from ..functional.gatv2 import gatv2_conv
 from ..graph import Graph, GraphCache, gat_edges
 from ..sparse.formats import CSR, SparseFormat
+from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
 from .base import (
-    CorgnnConv, FeatureCheck, UnsupportedOption, check_message_passing_kwargs, dropout, message_passing_unsupported, not_parameters,
+    CorgnnConv, FeatureCache, UnsupportedOption, check_message_passing_kwargs, dropout, message_passing_unsupported, not_parameters,
 )
 from .gat import GATConv, attention_result
 
@@ -83,7 +84,10 @@ class GATv2Conv(CorgnnConv):
 
     Shapes:
         - input: ``x (n, in_channels)`` float32/float64 (the Numba kernels; other
-          dtypes run the torch reference), or a pair ``(x_src (n_src, m_src), x_dst
+          dtypes run the torch reference), a corgnn sparse matrix or a ``torch.sparse``
+          one (constant features at most :data:`~corgnn.nn.base.SPARSE_FEATURE_DENSITY`
+          non-zero are used sparse, as GATConv does: SpMMs replace the transforms'
+          GEMMs; no gradient flows to sparse features), or a pair ``(x_src (n_src, m_src), x_dst
           (n_dst, m_dst))``; ``edge_index (2, q)`` int64, a :class:`corgnn.Graph`, or a
           sparse adjacency (``torch.sparse`` COO/CSR, ``torch_sparse.SparseTensor``)
         - output: ``(n_dst, heads * out_channels)`` if ``concat`` else ``(n_dst, out_channels)``
@@ -203,7 +207,7 @@ class GATv2Conv(CorgnnConv):
             self.register_parameter("res", None)
         self.bias = nn.Parameter(torch.empty(total_out)) if bias else None
         self._graphs = GraphCache()
-        self._features = FeatureCheck()
+        self._features = FeatureCache()
         self.last_plan: GATPlan | None = None
         self.last_cache: str | None = None
         self.reset_parameters()
@@ -218,10 +222,6 @@ class GATv2Conv(CorgnnConv):
 
     def _dtype_param(self) -> torch.Tensor:
         return self.lin_l.weight
-
-    def sparse_features_allowed(self) -> bool:
-        """False: the two transforms read dense ``x`` (a ``torch.sparse`` x is densified)."""
-        return False
 
     def adjacency(self, graph: Graph) -> SparseFormat:
         """The attention pattern of ``graph`` in this layer's format (cached on the Graph)."""
@@ -239,20 +239,21 @@ class GATv2Conv(CorgnnConv):
             training=training, value_bytes=self.lin_l.weight.element_size(), shared=self.share_weights,
         )
 
-    def _call(self, x_l, x_r, A, want_alpha: bool, cache: str):
-        """Run the layer's math: ``x_r=None`` means the target features are ``x_l``."""
+    def _call(self, x_l, x_r, A, want_alpha: bool, cache: str, xs: SparseFormat | None = None):
+        """Run the layer's math: ``x_r=None`` means the target features are ``x_l``
+        (``xs``: the one input as sparse features, ``x_l`` None)."""
         shared = self.share_weights and x_r is None
         return gatv2_conv(
             x_l, x_r, self.lin_l.weight, self.lin_l.bias, None if shared else self.lin_r.weight, None if shared else self.lin_r.bias,
             self.att, self.bias if self.res is None else None, A, self.heads, concat=self.concat, negative_slope=self.negative_slope,
-            dropout=self.dropout, training=self.training, cache=cache, return_attention_weights=want_alpha,
+            dropout=self.dropout, training=self.training, cache=cache, return_attention_weights=want_alpha, xs=xs,
         )
 
-    def _finish(self, out, x_target):
+    def _finish(self, out, x_target, xs: SparseFormat | None = None):
         """PyG adds the residual, then the bias (the fused call added the bias already
         when there is no residual)."""
         if self.res is not None:
-            out = out + self.res(x_target)
+            out = out + (spmm(xs, self.res.weight.t()) if xs is not None else self.res(x_target))
             if self.bias is not None:
                 out = out + self.bias
         return out
@@ -261,8 +262,8 @@ class GATv2Conv(CorgnnConv):
         """PyG's ``GATv2Conv.forward``.
 
         Args:
-            x: ``(n, in_channels)`` dense float tensor (a ``torch.sparse`` one is
-                densified), or PyG's bipartite pair ``(x_src (n_src, m_src), x_dst
+            x: ``(n, in_channels)`` dense float tensor, a corgnn sparse matrix or a
+                ``torch.sparse`` one, or PyG's bipartite pair ``(x_src (n_src, m_src), x_dst
                 (n_dst, m_dst))``.
             edge_index: ``(2, q)`` int tensor (row 0 = source), a :class:`corgnn.Graph`
                 (one node set), or a sparse adjacency in PyG's ``adj_t`` convention.
@@ -284,21 +285,19 @@ class GATv2Conv(CorgnnConv):
         want_alpha = bool(return_attention_weights)
         if isinstance(x, (tuple, list)) or isinstance(self.in_channels, tuple):
             return self._forward_bipartite(x, edge_index, want_alpha)
-        if isinstance(x, SparseFormat):
-            raise TypeError("GATv2Conv: x must be a dense torch.Tensor (or a torch.sparse one, densified), not a corgnn sparse matrix")
-        graph, dense, _, _ = self._inputs(x, edge_index)
+        graph, dense, xs, _ = self._inputs(x, edge_index)
         n = graph.num_nodes
         plan = self.plan(graph, dense)
         if want_alpha:  # (attention weights map back to PyG's edge order from the CSR's)
             A = graph.gat_adjacency(add_self_loops=self.add_self_loops)
         else:
             A = self.adjacency(graph)
-        out = self._call(dense, None, A, want_alpha, plan.scheme)
+        out = self._call(None if xs is not None else dense, None, A, want_alpha, plan.scheme, xs)
         grad_path = want_alpha and (plan.training or (self.training and self.dropout > 0))
         self.last_plan, self.last_cache = (None, None) if grad_path else (plan, plan.scheme)
         if want_alpha:
             out, alpha = out
-        out = self._finish(out, dense)
+        out = self._finish(out, dense, xs)
         if want_alpha:
             ei, perm = graph.gat_edges(add_self_loops=self.add_self_loops)
             return out, attention_result(ei, perm, alpha, graph.sparse_input, (n, n))
@@ -399,7 +398,15 @@ class GATv2(nn.Module):
         self.conv2.reset_parameters()
 
     def forward(self, x: torch.Tensor, edge_index) -> torch.Tensor:
-        x = dropout(x, self.dropout, self.training)
+        xs = None
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided and not torch.compiler.is_compiling():
+            xs = self.conv1.sparse_features(x)  # (validated once per tensor version; None unless sparse and constant)
+        if xs is not None:
+            # NOTE: dropout of a zero is a zero, so dropping the sparse values is the
+            # same distribution as dense dropout (as corgnn.nn.GAT does).
+            x = xs.with_values(dropout(xs.val, self.dropout, self.training))
+        else:
+            x = dropout(x, self.dropout, self.training)
         x = nn.functional.elu(self.conv1(x, edge_index))
         x = dropout(x, self.dropout, self.training)
         return self.conv2(x, edge_index)
