@@ -138,6 +138,11 @@ def _op_samples():
             (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(H, f), r(H, f), None, None, r(n, H), r(n, H), 0.2, 0.3, seed),
         ],
         "gat_head_weighted_sums": [(r(n, H), r(n, H), r(n, H, f))],
+        "gatv2_attention": [(ptr, idx, None, r(m, H, f), r(n, H, f), r(H, f), 0.2, 0.0, seed, True), (ptr, idx, None, r(m, H, f), r(n, H, f), r(H, f), 0.2, 0.3, seed, False)],
+        "gatv2_attention_backward": [
+            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(m, H, f), r(n, H, f), r(H, f), None, r(n, H), 0.2, 0.3, seed),
+            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(m, H, f), r(n, H, f), r(H, f), r(csr.nnz, H).softmax(0), None, 0.2, 0.0, seed),
+        ],
     }
 
 

@@ -38,7 +38,7 @@ import torch
 
 from .gcn import MachineModel
 
-__all__ = ["GAT_CACHE_SCHEMES", "GATCacheCost", "GATPlan", "bytes_saved", "saved_tensors", "plan_gat", "parse_cache", "static_cache_name"]
+__all__ = ["GAT_CACHE_SCHEMES", "GATCacheCost", "GATPlan", "bytes_saved", "saved_tensors", "plan_gat", "parse_cache", "static_cache_name", "choose_cache", "check_plan_args"]
 
 GAT_CACHE_SCHEMES: tuple[str, ...] = ("none", "features", "node_attention", "edge_weights")
 _ALIASES = {"nocache": "none", "no": "none", "m": "features", "node": "node_attention", "edge": "edge_weights", "full": "edge_weights", "paper": "edge_weights"}
@@ -160,6 +160,7 @@ class GATPlan:
     training: bool = True
     forced: bool = False
     memory_budget: int | None = None
+    layer: str = "GAT"  # the layer named in :meth:`table` (GATv2 shares this plan record)
 
     @property
     def cost(self) -> GATCacheCost:
@@ -172,7 +173,7 @@ class GATPlan:
         fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
         widths = [max(len(t), *(len(fmt(r[t])) for r in rows)) for t in head]
         lines = [
-            f"GAT layer n={self.n} q={self.q} heads={self.h} k={self.k} m={self.m}{'' if self.training else ' (inference)'}",
+            f"{self.layer} layer n={self.n} q={self.q} heads={self.h} k={self.k} m={self.m}{'' if self.training else ' (inference)'}",
             "  ".join(t.ljust(w) for t, w in zip(head, widths)) + "  choice",
         ]
         for c, r in zip(self.costs, rows):
@@ -212,23 +213,42 @@ def plan_gat(
     Raises:
         ValueError: negative sizes or budget, unknown scheme.
     """
-    _check_sizes(n=n, q=q, h=h, k=k, m=m)
-    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 0):
-        raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
+    check_plan_args(memory_budget, n=n, q=q, h=h, k=k, m=m)
     mm = machine or MachineModel(value_bytes=value_bytes)
     costs = tuple(scheme_cost(s, n, q, h, k, m, mm) for s in GAT_CACHE_SCHEMES)
-    args = (n, q, h, k, m)
+    full = "fastest: caches M, alpha and the LeakyReLU mask, no recomputation (paper's choice)"
+    return choose_cache(costs, (n, q, h, k, m), parse_cache(cache) if cache != "auto" else "auto", memory_budget, training, full)
+
+
+def check_plan_args(memory_budget: int | None, **sizes) -> None:
+    """Raise ValueError for a negative (or non-int) size or ``memory_budget``."""
+    _check_sizes(**sizes)
+    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 0):
+        raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
+
+
+def choose_cache(
+    costs: tuple[GATCacheCost, ...], sizes: tuple[int, int, int, int, int], cache: str, memory_budget: int | None,
+    training: bool, unlimited_reason: str, layer: str = "GAT",
+) -> GATPlan:
+    """The plan over candidate ``costs`` (one per scheme, least caching first): a forced
+    ``cache`` (already a canonical name) as given; inference caches nothing (the
+    first scheme); else the fastest within ``memory_budget`` (fewest bytes on a tie;
+    the least memory when none fits), ``unlimited_reason`` naming it without a budget. Shared by :func:`plan_gat` and
+    :func:`corgnn.cost.gatv2.plan_gatv2`. ``sizes`` = ``(n, q, h, k, m)``."""
     if cache != "auto":
-        return GATPlan(parse_cache(cache), costs, "forced by the caller", *args, training=training, forced=True, memory_budget=memory_budget)
+        return GATPlan(cache, costs, "forced by the caller", *sizes, training=training, forced=True, memory_budget=memory_budget, layer=layer)
     if not training:
-        return GATPlan("none", costs, "inference: no backward pass, nothing cached", *args, training=False, memory_budget=memory_budget)
+        return GATPlan(costs[0].scheme, costs, "inference: no backward pass, nothing cached", *sizes, training=False, memory_budget=memory_budget, layer=layer)
     fits = [c for c in costs if memory_budget is None or c.extra_bytes <= memory_budget]
-    best = min(fits, key=lambda c: (c.time_s, c.extra_bytes))
+    best = min(fits or costs, key=lambda c: (c.time_s, c.extra_bytes) if fits else (c.extra_bytes, c.time_s))
     if memory_budget is None:
-        reason = "fastest: caches M, alpha and the LeakyReLU mask, no recomputation (paper's choice)"
+        reason = unlimited_reason
+    elif not fits:
+        reason = f"no scheme fits the budget of {memory_budget} bytes: the least memory (keeps {best.extra_bytes} extra bytes)"
     else:
         reason = f"fastest within the budget of {memory_budget} bytes (keeps {best.extra_bytes} extra bytes)"
-    return GATPlan(best.scheme, costs, reason, *args, training=True, memory_budget=memory_budget)
+    return GATPlan(best.scheme, costs, reason, *sizes, training=True, memory_budget=memory_budget, layer=layer)
 
 
 @torch.compiler.assume_constant_result

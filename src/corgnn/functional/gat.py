@@ -28,7 +28,7 @@ from ..sparse.attention import DropoutSpec, attention_backward, attention_forwar
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import edge_softmax, spmm
 
-__all__ = ["GATFunction", "gat_conv", "gat_attention", "head_transform"]
+__all__ = ["GATFunction", "gat_conv", "gat_attention", "head_transform", "entry_endpoints"]
 
 
 def head_transform(x: torch.Tensor | None, weight: torch.Tensor, heads: int, xs: SparseFormat | None = None) -> torch.Tensor:
@@ -192,6 +192,18 @@ def gat_conv(
         return _forward(x, weight, att_src, att_dst, bias, A, heads, concat, negative_slope, drop, False, xs)[0]
 
 
+def entry_endpoints(A: SparseFormat) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(row, col)`` ``(nnz,)`` int64 of every entry of ``A`` in ``A``'s own entry order
+    (the order of per-entry arrays such as the attention coefficients)."""
+    ptr, idx, perm = A.row_plan(False)
+    rows = torch.repeat_interleave(torch.arange(A.shape[0], device=ptr.device), ptr[1:] - ptr[:-1])
+    if perm is None:
+        return rows, idx
+    row, col = torch.empty_like(rows), torch.empty_like(idx)  # the row walk's entries back in A's own order
+    row[perm], col[perm] = rows, idx
+    return row, col
+
+
 def gat_attention(
     M_src: torch.Tensor,
     M_dst: torch.Tensor | None,
@@ -227,13 +239,7 @@ def gat_attention(
         entry order.
     """
     H, K = M_src.shape[1:]
-    ptr, idx, perm = A.row_plan(False)
-    rows = torch.repeat_interleave(torch.arange(A.shape[0], device=ptr.device), ptr[1:] - ptr[:-1])
-    if perm is None:
-        row, col = rows, idx
-    else:  # the row walk's entries back in A's own order
-        row, col = torch.empty_like(rows), torch.empty_like(idx)
-        row[perm], col[perm] = rows, idx
+    row, col = entry_endpoints(A)
     y = (M_src * att_src.reshape(1, H, K)).sum(-1)[col]
     if M_dst is not None:
         y = y + (M_dst * att_dst.reshape(1, H, K)).sum(-1)[row]

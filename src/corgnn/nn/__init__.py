@@ -1,4 +1,4 @@
-"""Modules: GCN, GAT, GraphSAGE, GraphConv, GIN, SGC and APPNP layers and the paper's 2-layer models."""
+"""Modules: GCN, GAT, GraphSAGE, GraphConv, GIN, SGC, APPNP and GATv2 layers and the paper's 2-layer models."""
 
 from .aggregate import GraphConv, SAGEConv
 
@@ -7,5 +7,6 @@ from .gcn import GCN, GCNConv, UnsupportedOption
 from . import models
 from .gin import GINConv
 from .propagate import APPNP, SGConv
+from .gatv2 import GATv2, GATv2Conv
 
-__all__ = ["GCNConv", "GCN", "GATConv", "GAT", "UnsupportedOption", "SAGEConv", "GraphConv", "SGConv", "APPNP", "GINConv"]
+__all__ = ["GCNConv", "GCN", "GATConv", "GAT", "UnsupportedOption", "SAGEConv", "GraphConv", "SGConv", "APPNP", "GINConv", "GATv2Conv", "GATv2"]

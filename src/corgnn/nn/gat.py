@@ -21,7 +21,7 @@ from .base import (
     not_parameters, num_rows,
 )
 
-__all__ = ["GATConv", "GAT"]
+__all__ = ["GATConv", "GAT", "attention_result"]
 
 
 def _positive_int(name: str, v) -> None:
@@ -320,7 +320,7 @@ class GATConv(CorgnnConv):
                 out = out + self.bias
         if want_alpha:
             ei, perm = graph.gat_edges(add_self_loops=self.add_self_loops)
-            return out, _attention_result(ei, perm, alpha, graph.sparse_input, (n, n))
+            return out, attention_result(ei, perm, alpha, graph.sparse_input, (n, n))
         return out
 
     def _edge_logits(self, edge_index: torch.Tensor, edge_attr, num_loops: int | None, like: torch.Tensor) -> torch.Tensor:
@@ -408,7 +408,7 @@ class GATConv(CorgnnConv):
                     num_loops = n_src if x_dst is None and not sparse_adj else min(n_src, n_dst)
             else:
                 num_loops = None
-            raw, sparse_input, loops = self._bipartite_edges(edge_index, n_src, n_dst, x_src.device)
+            raw, sparse_input, loops = self.bipartite_edges(edge_index, n_src, n_dst, x_src.device)
             ei = gat_edges(raw, n_src, n_dst, num_loops, loops)
             perm = torch.argsort(ei[1] * max(n_src, 1) + ei[0], stable=True)  # CSR.from_coo's entry order
             A = CSR.from_coo(ei[1], ei[0], None, (n_dst, n_src))
@@ -430,11 +430,11 @@ class GATConv(CorgnnConv):
             out = out + self.bias
         self.last_plan = self.last_cache = None
         if want_alpha:
-            return out, _attention_result(ei, perm, alpha, sparse_input, (n_dst, n_src))
+            return out, attention_result(ei, perm, alpha, sparse_input, (n_dst, n_src))
         return out
 
     @staticmethod
-    def _bipartite_edges(edge_index, n_src: int, n_dst: int, device):
+    def bipartite_edges(edge_index, n_src: int, n_dst: int, device):
         """``(edge_index (2, q) int64, sparse_input, loop mode)`` of a bipartite graph
         given as ``edge_index`` or a sparse ``adj_t (n_dst, n_src)``, validated."""
         if isinstance(edge_index, Graph):
@@ -479,7 +479,7 @@ class GATConv(CorgnnConv):
         )
 
 
-def _attention_result(edge_index: torch.Tensor, perm: torch.Tensor, alpha: torch.Tensor, sparse_input, shape: tuple[int, int]):
+def attention_result(edge_index: torch.Tensor, perm: torch.Tensor, alpha: torch.Tensor, sparse_input, shape: tuple[int, int]):
     """What PyG's ``GATConv`` returns beside ``out`` with ``return_attention_weights``:
     ``(edge_index, alpha)`` in PyG's edge order (``alpha`` comes in the CSR's entry
     order; ``perm`` maps CSR entries to edges), or its sparse forms

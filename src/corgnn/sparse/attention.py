@@ -36,6 +36,8 @@ __all__ = [
     "head_weighted_sums",
     "dropout_keep_mask",
     "dropout_kernel_args",
+    "gatv2_attention_forward",
+    "gatv2_attention_backward",
 ]
 
 def node_scores(M: torch.Tensor, att_src: torch.Tensor, att_dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,3 +145,84 @@ def head_weighted_sums(w1: torch.Tensor, w2: torch.Tensor, M: torch.Tensor) -> t
     ``dL/da_dst = M^T dd`` (paper appendix "GAT Backward Pass"), per head.
     """
     return L.gat_head_weighted_sums(w1.contiguous(), w2.contiguous(), M.contiguous())
+
+
+def gatv2_attention_forward(
+    A: SparseFormat,
+    XL: torch.Tensor,
+    XR: torch.Tensor,
+    att: torch.Tensor,
+    negative_slope: float,
+    drop: DropoutSpec = NO_DROPOUT,
+    *,
+    want_alpha: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """GATv2 attention and aggregation, fused per destination row (PyG ``GATv2Conv``).
+
+    ``s_e = <a, LeakyReLU(XL[j] + XR[i])>`` per head for entry ``e = (i, j)`` of ``A``;
+    ``alpha = softmax_row(s)`` (an online softmax, FlashAttention's running max and
+    sum); ``out[i] = sum_e dropout(alpha_e) XL[j]``. The kernel backends never store
+    a ``(q, h, k)`` value.
+
+    Args:
+        A: attention pattern ``(n_dst, n_src)`` (rows = destinations).
+        XL: ``(n_src, h, k)`` source side ``x W_l^T + b_l``.
+        XR: ``(n_dst, h, k)`` target side ``x W_r^T + b_r`` (may be ``XL`` itself).
+        att: ``(h, k)`` (or PyG's ``(1, h, k)``) attention vector ``a``.
+        negative_slope: LeakyReLU slope.
+        drop: attention dropout (inactive by default).
+        want_alpha: also return ``alpha``.
+
+    Returns:
+        ``(out (n_dst, h, k), alpha (q, h) before dropout in A's entry order or None,
+        lse (n_dst, h))``, ``lse`` each row's log-sum-exp of the scores (0 for an
+        empty row), from which :func:`gatv2_attention_backward` recomputes ``alpha``.
+    """
+    H, K = XL.shape[1:]
+    ptr, idx, perm = A.row_plan(False)
+    out, alpha, lse = L.gatv2_attention(
+        ptr, idx, perm, XL.contiguous(), XR.contiguous(), att.reshape(H, K).contiguous(), float(negative_slope), drop.p, drop.seed, want_alpha,
+    )
+    return out, alpha if want_alpha else None, lse
+
+
+def gatv2_attention_backward(
+    A: SparseFormat,
+    G: torch.Tensor,
+    XL: torch.Tensor,
+    XR: torch.Tensor,
+    att: torch.Tensor,
+    negative_slope: float,
+    drop: DropoutSpec = NO_DROPOUT,
+    *,
+    alpha: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward of :func:`gatv2_attention_forward`, with ``G = dL/dout (n_dst, h, k)``
+    and ``f`` = LeakyReLU (derivation as the paper's appendix "GAT Backward Pass"):
+
+    * ``dalpha_e = <G_i, XL_j>`` (SDDMM; times the dropout keep and scale);
+    * ``de_e = alpha_e (dalpha_e - sum_row alpha dalpha)`` (softmax backward);
+    * per edge and channel ``t = XL_j + XR_i``, ``g = de_e a f'(t)``:
+      ``dXR_i += g``, ``dXL_j += g + drop(alpha_e) G_i`` (the latter the transposed
+      SpMM ``A_alpha^T G``), ``da += de_e f(t)``.
+
+    One walk of the destination rows computes ``de``, ``dXR`` and ``da``; one walk of
+    the source columns (``A``'s transposed row plan) computes ``dXL``; no ``(q, h, k)``
+    value is stored. ``alpha`` is the cached attention (scheme "edge_weights"), or
+    recomputed per entry as ``exp(s_e - lse_i)`` from the forward's ``lse``.
+
+    Returns:
+        ``(dXL (n_src, h, k), dXR (n_dst, h, k), datt (h, k))``.
+
+    Raises:
+        ValueError: neither ``alpha`` nor ``lse`` given.
+    """
+    if alpha is None and lse is None:
+        raise ValueError("gatv2_attention_backward needs the cached alpha or the forward's lse to recompute it")
+    H, K = XL.shape[1:]
+    c = lambda t: None if t is None else t.contiguous()  # noqa: E731
+    return L.gatv2_attention_backward(
+        *A.row_plan(False), *A.row_plan(True), G.contiguous(), XL.contiguous(), XR.contiguous(), att.reshape(H, K).contiguous(),
+        c(alpha), None if alpha is not None else c(lse), float(negative_slope), drop.p, drop.seed,
+    )

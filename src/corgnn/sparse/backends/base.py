@@ -218,6 +218,37 @@ def _(w1, w2, M):
     return M.new_empty(M.shape[1:]), M.new_empty(M.shape[1:])
 
 
+# ---------------------------------------------------------------------------- GATv2
+
+
+@_op(3, semi_batched=True)
+def gatv2_attention(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, XL: Tensor, XR: Tensor, att: Tensor,
+    negative_slope: float, p: float, seed: Tensor, want_alpha: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    ...
+
+
+@_fake_of(gatv2_attention)
+def _(ptr, idx, perm, XL, XR, att, negative_slope, p, seed, want_alpha):
+    n, H = ptr.shape[0] - 1, XL.shape[1]
+    return XL.new_empty((n,) + tuple(XL.shape[1:])), XL.new_empty((idx.shape[0] if want_alpha else 0, H)), XL.new_empty((n, H))
+
+
+@_op(7, semi_batched=True)
+def gatv2_attention_backward(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
+    G: Tensor, XL: Tensor, XR: Tensor, att: Tensor, alpha: Tensor | None, lse: Tensor | None,
+    negative_slope: float, p: float, seed: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    ...
+
+
+@_fake_of(gatv2_attention_backward)
+def _(ptr, idx, perm, tptr, tidx, tperm, G, XL, XR, att, alpha, lse, negative_slope, p, seed):
+    return torch.empty_like(XL), torch.empty_like(XR), XL.new_empty(XL.shape[1:])
+
+
 OP_NAMES: tuple[str, ...] = tuple(KERNEL_OPS)
 """The declared op list: every backend implements each as a method of the same name."""
 

@@ -19,6 +19,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..rng import dropout_kernel_args
 from .base import Backend, Case
 from . import numba_gat_kernels as gk
+from . import numba_gatv2_kernels as g2k
 from . import numba_kernels as k
 from . import numba_threads
 
@@ -277,3 +278,39 @@ class NumbaBackend(Backend):
         out2 = torch.empty(H, K, dtype=M.dtype)
         gk.head_weighted_sums(_np(w1), _np(w2), _np(M), part1.numpy(), part2.numpy(), out1.numpy(), out2.numpy())
         return out1, out2
+
+    # GATv2 ------------------------------------------------------------------
+    def gatv2_attention(self, ptr, idx, perm, XL, XR, att, negative_slope, p, seed, want_alpha):
+        H, K = XL.shape[1:]
+        n, dt = ptr.numel() - 1, XL.dtype
+        alpha = torch.empty(idx.numel() if want_alpha else 0, H, dtype=dt)
+        lse = torch.empty(n, H, dtype=dt)
+        out = torch.empty(n, H, K, dtype=dt)
+        thresh, scale, lo, hi = _seed(p, seed, dt)
+        g2k.gatv2_forward_rows(
+            *_walk(ptr, idx, perm), _np(XL), _np(XR), _np(att.reshape(H, K)), _scalar(negative_slope, dt),
+            thresh, scale, lo, hi, alpha.numpy(), lse.numpy(), out.numpy(),
+        )
+        return out, alpha, lse
+
+    def gatv2_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, XL, XR, att, alpha, lse, negative_slope, p, seed):
+        H, K = XL.shape[1:]
+        q, dt = idx.numel(), XL.dtype
+        thresh, scale, lo, hi = _seed(p, seed, dt)
+        cached = alpha is not None
+        alpha_w = torch.empty(0 if cached else q, H, dtype=dt)
+        alpha_np = _np(alpha) if cached else np.empty((0, H), dtype=_np_dtype(dt))
+        lse_np = np.empty((0, H), dtype=_np_dtype(dt)) if lse is None else _np(lse)
+        de = torch.empty(q, H, dtype=dt)
+        dXR = torch.empty(XR.shape, dtype=dt)
+        walk = _walk(ptr, idx, perm)
+        datt = torch.empty(walk[3].shape[0] - 1, H, K, dtype=dt)  # one partial per task
+        Gn, XLn, XRn, an = _np(G), _np(XL), _np(XR), _np(att.reshape(H, K))
+        sl = _scalar(negative_slope, dt)
+        g2k.gatv2_backward_rows(*walk, Gn, XLn, XRn, an, alpha_np, lse_np, sl, thresh, scale, lo, hi, alpha_w.numpy(), de.numpy(), dXR.numpy(), datt.numpy())
+        dXL = torch.empty(XL.shape, dtype=dt)
+        g2k.gatv2_backward_cols(
+            *_walk(tptr, tidx, tperm), Gn, XRn, XLn, an, alpha_np if cached else alpha_w.numpy(), de.numpy(),
+            sl, thresh, scale, lo, hi, dXL.numpy(),
+        )
+        return dXL, dXR, datt.sum(0)

@@ -176,3 +176,49 @@ class TorchBackend(Backend):
 
     def gat_head_weighted_sums(self, w1, w2, M):
         return torch.einsum("nh,nhk->hk", w1, M), torch.einsum("nh,nhk->hk", w2, M)
+
+    # GATv2 ------------------------------------------------------------------
+    def gatv2_attention(self, ptr, idx, perm, XL, XR, att, negative_slope, p, seed, want_alpha):
+        """Builds the ``(q, h, k)`` pre-activations the fused kernels avoid."""
+        H, K = XL.shape[1:]
+        n, dt = ptr.numel() - 1, XL.dtype
+        XL, XR, att = _f32(XL, XR, att)
+        dst, src = _endpoints(ptr, idx, perm)
+        t = XL.index_select(0, src) + XR.index_select(0, dst)
+        score = (torch.nn.functional.leaky_relu(t, negative_slope) * att.reshape(1, H, K)).sum(-1)
+        alpha = _segment_softmax(score, dst, n)
+        mx = torch.zeros(n, H, dtype=score.dtype, device=score.device).scatter_reduce(0, dst.unsqueeze(1).expand_as(score), score, "amax", include_self=False)
+        den = torch.zeros(n, H, dtype=score.dtype, device=score.device).index_add_(0, dst, (score - mx.index_select(0, dst)).exp())
+        lse = torch.where(den > 0, mx + den.clamp_min(1e-300 if score.dtype == torch.float64 else 1e-30).log(), torch.zeros_like(mx))
+        ad = alpha
+        if p > 0:
+            ad = alpha * dropout_keep_mask(dst.numel(), H, p, seed, XL.device).to(alpha.dtype) * (1.0 / (1.0 - p))
+        out = _spmm(dst, src, ad, XL, n)
+        alpha = _pad_entries(alpha, idx.numel()) if want_alpha else alpha.new_empty(0, H)
+        return out.to(dt), alpha.to(dt), lse.to(dt)
+
+    def gatv2_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, XL, XR, att, alpha, lse, negative_slope, p, seed):
+        H, K = XL.shape[1:]
+        n, dt = ptr.numel() - 1, XL.dtype
+        G, XL, XR, att, alpha, lse = _f32(G, XL, XR, att, alpha, lse)
+        att = att.reshape(1, H, K)
+        dst, src = _endpoints(ptr, idx, perm)
+        q = dst.numel()
+        t = XL.index_select(0, src) + XR.index_select(0, dst)
+        f = torch.nn.functional.leaky_relu(t, negative_slope)
+        if alpha is not None:
+            alpha = alpha[:q]
+        else:
+            alpha = ((f * att).sum(-1) - lse.index_select(0, dst)).exp()
+        dalpha = (G.index_select(0, dst) * XL.index_select(0, src)).sum(-1)  # SDDMM
+        ad = alpha
+        if p > 0:
+            keep = dropout_keep_mask(q, H, p, seed, XL.device).to(alpha.dtype) * (1.0 / (1.0 - p))
+            dalpha, ad = dalpha * keep, alpha * keep
+        dot = torch.zeros(n, H, dtype=alpha.dtype, device=alpha.device).index_add_(0, dst, alpha * dalpha)
+        de = alpha * (dalpha - dot.index_select(0, dst))
+        g = de.unsqueeze(-1) * att * torch.ones_like(t).masked_fill_(t <= 0, negative_slope)  # LeakyReLU'(t)
+        dXR = torch.zeros_like(XR).index_add_(0, dst, g)
+        dXL = torch.zeros_like(XL).index_add_(0, src, g) + _spmm(src, dst, ad, G, XL.size(0))
+        datt = (de.unsqueeze(-1) * f).sum(0)
+        return dXL.to(dt), dXR.to(dt), datt.to(dt)

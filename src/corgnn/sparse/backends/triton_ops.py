@@ -33,6 +33,7 @@ from torch.library import triton_op, wrap_triton
 
 from ..rng import dropout_kernel_args
 from .base import KERNEL_OPS
+from . import triton_gatv2_kernels as K2
 from . import triton_kernels as K
 from .torch_ref import TorchBackend
 
@@ -256,6 +257,53 @@ def gat_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst
         HAS_PERM=tperm is not None, ACC64=_acc64(M), BLOCK_E=BLOCK_E, BLOCK_K=BK,
     )
     return dM, ds, dd
+
+
+@_register("gatv2_attention")
+def gatv2_attention(ptr, idx, perm, XL, XR, att, negative_slope, p, seed, want_alpha):
+    H, Kh = XL.shape[1:]
+    n, q = ptr.shape[0] - 1, idx.shape[0]
+    alpha = torch.zeros(q if want_alpha else 0, H, dtype=XL.dtype, device=XL.device)  # padding entries stay 0
+    lse = torch.zeros(n, H, dtype=XL.dtype, device=XL.device)
+    out = torch.zeros(n, H, Kh, dtype=XL.dtype, device=XL.device)
+    if out.numel() == 0:
+        return out, alpha, lse
+    consts, thresh = _consts(negative_slope, p, XL)
+    wrap_triton(K2.gatv2_forward_kernel)[(n, H)](
+        ptr, idx, idx if perm is None else perm, XL.contiguous(), XR.contiguous(), att.contiguous(), alpha if want_alpha else lse,
+        lse, out, H, Kh, consts, seed, thresh,
+        HAS_PERM=perm is not None, WANT_ALPHA=want_alpha, DROP=p > 0, ACC64=_acc64(XL), BLOCK_E=BLOCK_E, BLOCK_K=_pow2(Kh, 1 << 16),
+    )
+    return out, alpha, lse
+
+
+@_register("gatv2_attention_backward")
+def gatv2_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, XL, XR, att, alpha, lse, negative_slope, p, seed):
+    H, Kh = XL.shape[1:]
+    n, q = ptr.shape[0] - 1, idx.shape[0]
+    cached = alpha is not None
+    alpha = alpha.contiguous() if cached else torch.zeros(q, H, dtype=XL.dtype, device=XL.device)
+    de = torch.zeros(q, H, dtype=XL.dtype, device=XL.device)
+    dXL = torch.zeros_like(XL, memory_format=torch.contiguous_format)
+    dXR = torch.zeros_like(XR, memory_format=torch.contiguous_format)
+    datt_rows = torch.zeros(n, H, Kh, dtype=torch.float64 if _acc64(XL) else torch.float32, device=XL.device)
+    if H * Kh == 0:
+        return dXL, dXR, datt_rows.sum(0).to(XL.dtype)
+    consts, thresh = _consts(negative_slope, p, XL)
+    G, XL, XR, att = G.contiguous(), XL.contiguous(), XR.contiguous(), att.contiguous()
+    BK = _pow2(Kh, 1 << 16)
+    flags = dict(DROP=p > 0, ACC64=_acc64(XL), BLOCK_E=BLOCK_E, BLOCK_K=BK)
+    if n:
+        wrap_triton(K2.gatv2_backward_rows_kernel)[(n, H)](
+            ptr, idx, idx if perm is None else perm, G, XL, XR, att, alpha, alpha if lse is None else lse.contiguous(),
+            de, dXR, datt_rows, H, Kh, consts, seed, thresh, HAS_PERM=perm is not None, CACHED=cached, **flags,
+        )
+    if XL.shape[0]:
+        wrap_triton(K2.gatv2_backward_cols_kernel)[(XL.shape[0], H)](
+            tptr, tidx, tidx if tperm is None else tperm, G, XL, XR, att, alpha, de, dXL, H, Kh, consts, seed, thresh,
+            HAS_PERM=tperm is not None, **flags,
+        )
+    return dXL, dXR, datt_rows.sum(0).to(XL.dtype)
 
 
 # dense reductions: torch ops on every device (cuBLAS on GPU), no Triton kernel
