@@ -7,5 +7,6 @@ from .gcn import GCN, GCNConv, UnsupportedOption
 from . import models
 from .gin import GINConv
 from .propagate import APPNP, SGConv
+from .transformer import Transformer, TransformerConv
 
-__all__ = ["GCNConv", "GCN", "GATConv", "GAT", "UnsupportedOption", "SAGEConv", "GraphConv", "SGConv", "APPNP", "GINConv"]
+__all__ = ["GCNConv", "GCN", "GATConv", "GAT", "UnsupportedOption", "SAGEConv", "GraphConv", "SGConv", "APPNP", "GINConv", "TransformerConv", "Transformer"]

@@ -33,6 +33,8 @@ op                          computes (``B``/``C``/``M`` 2-D ``(rows, f)`` or sem
 ``gat_attention``           fused GAT forward: logits, LeakyReLU, softmax, dropout, SpMM
 ``gat_attention_backward``  its backward (every caching scheme of Table 4)
 ``gat_head_weighted_sums``  ``(sum_i w1[i,h] M[i,h], sum_i w2[i,h] M[i,h])``
+``transformer_attention``   fused dot-product attention (TransformerConv): scores, online softmax, dropout, SpMM
+``transformer_attention_backward``  its backward: ``(dQ, dK, dV)``
 ==========================  ==============================================================
 
 Paper: appendix "Common Sparse Operators" (Listings 1-2), "GAT Forward Pass",
@@ -64,6 +66,8 @@ __all__ = [
     "gat_attention",
     "gat_attention_backward",
     "gat_head_weighted_sums",
+    "transformer_attention",
+    "transformer_attention_backward",
     "OPS",
 ]
 
@@ -144,4 +148,6 @@ gat_node_scores = _register(KERNEL_OPS["gat_node_scores"])
 gat_attention = _register(KERNEL_OPS["gat_attention"])
 gat_attention_backward = _register(KERNEL_OPS["gat_attention_backward"])
 gat_head_weighted_sums = _register(KERNEL_OPS["gat_head_weighted_sums"])
+transformer_attention = _register(KERNEL_OPS["transformer_attention"])
+transformer_attention_backward = _register(KERNEL_OPS["transformer_attention_backward"])
 assert set(OPS) == set(KERNEL_OPS), "every declared kernel op has a caller here"

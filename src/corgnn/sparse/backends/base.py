@@ -218,6 +218,41 @@ def _(w1, w2, M):
     return M.new_empty(M.shape[1:]), M.new_empty(M.shape[1:])
 
 
+# ---------------------------------------------------------- dot-product attention
+
+
+@_op(3, semi_batched=True)
+def transformer_attention(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, Q: Tensor, K: Tensor, V: Tensor,
+    scale: float, p: float, seed: Tensor, want_alpha: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Fused scaled dot-product attention over a row plan (TransformerConv's forward):
+    ``out (n_dst, H, C)``, ``lse (n_dst, H)`` (the row's log-sum-exp of the scores, 0
+    for an empty row) and ``alpha (q, H)`` before dropout (``(0, H)`` unless ``want_alpha``)."""
+
+
+@_fake_of(transformer_attention)
+def _(ptr, idx, perm, Q, K, V, scale, p, seed, want_alpha):
+    n, H = ptr.shape[0] - 1, Q.shape[1]
+    return V.new_empty((n, H, V.shape[2])), Q.new_empty((n, H)), Q.new_empty((idx.shape[0] if want_alpha else 0, H))
+
+
+@_op(7, semi_batched=True)
+def transformer_attention_backward(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
+    G: Tensor, Q: Tensor, K: Tensor, V: Tensor, D: Tensor, alpha: Tensor | None, lse: Tensor | None,
+    scale: float, p: float, seed: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Backward of ``transformer_attention``: ``(dQ, dK, dV)`` from ``G = dL/dout`` and
+    ``D = <G, out>`` per row and head, the attention read from ``alpha`` or recomputed
+    from ``lse``."""
+
+
+@_fake_of(transformer_attention_backward)
+def _(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, alpha, lse, scale, p, seed):
+    return torch.empty_like(Q), torch.empty_like(K), torch.empty_like(V)
+
+
 OP_NAMES: tuple[str, ...] = tuple(KERNEL_OPS)
 """The declared op list: every backend implements each as a method of the same name."""
 

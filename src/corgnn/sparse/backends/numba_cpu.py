@@ -19,6 +19,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..rng import dropout_kernel_args
 from .base import Backend, Case
 from . import numba_gat_kernels as gk
+from . import numba_transformer_kernels as tk
 from . import numba_kernels as k
 from . import numba_threads
 
@@ -277,3 +278,38 @@ class NumbaBackend(Backend):
         out2 = torch.empty(H, K, dtype=M.dtype)
         gk.head_weighted_sums(_np(w1), _np(w2), _np(M), part1.numpy(), part2.numpy(), out1.numpy(), out2.numpy())
         return out1, out2
+
+    # dot-product attention (TransformerConv) ----------------------------------
+    def transformer_attention(self, ptr, idx, perm, Q, K, V, scale, p, seed, want_alpha):
+        n, H = ptr.numel() - 1, Q.shape[1]
+        dt = Q.dtype
+        out = torch.empty(n, H, V.shape[2], dtype=dt)
+        lse = torch.empty(n, H, dtype=dt)
+        alpha = torch.empty(idx.numel() if want_alpha else 0, H, dtype=dt)
+        thresh, dscale, lo, hi = _seed(p, seed, dt)
+        tk.dot_attention_forward_rows(
+            *_walk(ptr, idx, perm), _np(Q), _np(K), _np(V), _scalar(scale, dt), thresh, dscale, lo, hi,
+            lse.numpy(), alpha.numpy(), out.numpy(),
+        )
+        return out, lse, alpha
+
+    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, alpha, lse, scale, p, seed):
+        H = Q.shape[1]
+        q, dt = idx.numel(), Q.dtype
+        thresh, dscale, lo, hi = _seed(p, seed, dt)
+        none = np.empty((0, H), dtype=_np_dtype(dt))
+        cached = alpha is not None
+        de = torch.empty(q, H, dtype=dt)
+        # the dropped attention is written out unless the cached alpha can be read as is
+        alpha_d = torch.empty(q if (p > 0 or not cached) else 0, H, dtype=dt)
+        dQ = torch.empty(Q.shape, dtype=dt)
+        Gn, Qn, sc = _np(G), _np(Q), _scalar(scale, dt)
+        tk.dot_attention_backward_rows(
+            *_walk(ptr, idx, perm), Gn, Qn, _np(K), _np(V), _np(D), _np(alpha) if cached else none,
+            none if lse is None else _np(lse), sc, thresh, dscale, lo, hi, de.numpy(), alpha_d.numpy(), dQ.numpy(),
+        )
+        dK = torch.empty(K.shape, dtype=dt)
+        dV = torch.empty(V.shape, dtype=dt)
+        ad = alpha_d.numpy() if alpha_d.size(0) else _np(alpha)
+        tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), Gn, Qn, ad, de.numpy(), sc, dK.numpy(), dV.numpy())
+        return dQ, dK, dV

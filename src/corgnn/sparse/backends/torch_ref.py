@@ -74,6 +74,16 @@ def _segment_softmax(w: torch.Tensor, row: torch.Tensor, n: int) -> torch.Tensor
     return ex / den.index_select(0, row)
 
 
+def _row_logsumexp(score: torch.Tensor, row: torch.Tensor, n: int) -> torch.Tensor:
+    """``log sum_row exp(score)`` per row and head ``(n, H)``; 0 for an empty row."""
+    H = score.size(1)
+    mx = torch.full((n, H), float("-inf"), dtype=score.dtype, device=score.device)
+    mx = mx.scatter_reduce(0, row.unsqueeze(1).expand_as(score), score, "amax")
+    mx = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
+    tot = torch.zeros(n, H, dtype=score.dtype, device=score.device).index_add_(0, row, (score - mx.index_select(0, row)).exp())
+    return torch.where(tot > 0, mx + tot.log(), torch.zeros_like(mx))
+
+
 class TorchBackend(Backend):
     """Reference implementation of every op in torch ops."""
 
@@ -176,3 +186,42 @@ class TorchBackend(Backend):
 
     def gat_head_weighted_sums(self, w1, w2, M):
         return torch.einsum("nh,nhk->hk", w1, M), torch.einsum("nh,nhk->hk", w2, M)
+
+    # dot-product attention (TransformerConv) ----------------------------------
+    def transformer_attention(self, ptr, idx, perm, Q, K, V, scale, p, seed, want_alpha):
+        dt = Q.dtype
+        Q, K, V = _f32(Q, K, V)
+        n, H = ptr.numel() - 1, Q.shape[1]
+        dst, src = _endpoints(ptr, idx, perm)
+        score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1) * scale  # SDDMM (q, H)
+        alpha = _segment_softmax(score, dst, n)
+        lse = _row_logsumexp(score, dst, n)
+        ad = alpha
+        if p > 0:
+            ad = alpha * dropout_keep_mask(dst.numel(), H, p, seed, Q.device).to(alpha.dtype) * (1.0 / (1.0 - p))
+        out = _spmm(dst, src, ad, V, n)
+        alpha = _pad_entries(alpha, idx.numel()) if want_alpha else alpha.new_empty(0, H)
+        return out.to(dt), lse.to(dt), alpha.to(dt)
+
+    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, alpha, lse, scale, p, seed):
+        dt = Q.dtype
+        G, Q, K, V, D, alpha, lse = _f32(G, Q, K, V, D, alpha, lse)
+        n, H = Q.shape[:2]
+        dst, src = _endpoints(ptr, idx, perm)
+        q = dst.numel()
+        if alpha is not None:
+            alpha = alpha[:q]
+        else:
+            score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1) * scale
+            alpha = (score - lse.index_select(0, dst)).exp()
+        dalpha = (G.index_select(0, dst) * V.index_select(0, src)).sum(-1)  # SDDMM
+        ad = alpha
+        if p > 0:
+            keep = dropout_keep_mask(q, H, p, seed, Q.device).to(alpha.dtype) * (1.0 / (1.0 - p))
+            dalpha = dalpha * keep
+            ad = alpha * keep
+        de = alpha * (dalpha - D.index_select(0, dst)) * scale
+        dQ = _spmm(dst, src, de, K, n)
+        dK = _spmm(src, dst, de, Q, K.shape[0])  # transposed products
+        dV = _spmm(src, dst, ad, G, V.shape[0])
+        return dQ.to(dt), dK.to(dt), dV.to(dt)
