@@ -4,7 +4,6 @@ with fused, cached attention, a 2-layer model, and conversion from PyG."""
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 from torch_geometric.nn.dense.linear import Linear

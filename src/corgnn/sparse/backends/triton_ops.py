@@ -34,6 +34,7 @@ from torch.library import triton_op, wrap_triton
 from ..rng import dropout_kernel_args
 from .base import KERNEL_OPS
 from . import triton_kernels as K
+from . import triton_transformer_kernels as TK
 from .torch_ref import TorchBackend
 
 __all__ = ["LAUNCHERS", "TRACEABLE", "interpreted"]
@@ -261,3 +262,62 @@ def gat_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst
 # dense reductions: torch ops on every device (cuBLAS on GPU), no Triton kernel
 LAUNCHERS["gat_node_scores"] = TorchBackend().gat_node_scores
 LAUNCHERS["gat_head_weighted_sums"] = TorchBackend().gat_head_weighted_sums
+
+
+# ---------------------------------------------------------- dot-product attention
+
+
+def _dot_consts(scale: float, p: float, seed: Tensor, device) -> tuple[Tensor, Tensor, int]:
+    """The float64 ``[scale, dropout scale]`` tensor, the int64 ``[seed_lo, seed_hi]``
+    tensor (device ops, no host sync) and the dropout threshold the attention kernels read."""
+    thresh, dscale, _, _ = dropout_kernel_args(p, torch.zeros(1, dtype=torch.long))
+    halves = torch.cat([seed.reshape(1) & 0xFFFFFFFF, (seed.reshape(1) >> 32) & 0xFFFFFFFF]).to(device)
+    return torch.tensor([scale, dscale], dtype=torch.float64, device=device), halves, thresh
+
+
+@_register("transformer_attention")
+def transformer_attention(ptr, idx, perm, Q, K, V, scale, p, seed, want_alpha):
+    n, H, C = ptr.shape[0] - 1, Q.shape[1], Q.shape[2]
+    out = torch.empty(n, H, V.shape[2], dtype=Q.dtype, device=Q.device)
+    lse = torch.zeros(n, H, dtype=Q.dtype, device=Q.device)
+    alpha = torch.zeros(idx.shape[0] if want_alpha else 0, H, dtype=Q.dtype, device=Q.device)  # padding entries stay 0
+    if out.numel() == 0:
+        return out, lse, alpha
+    consts, halves, thresh = _dot_consts(scale, p, seed, Q.device)
+    wrap_triton(TK.dot_attention_forward_kernel)[(n, H)](
+        ptr, idx, idx if perm is None else perm, Q.contiguous(), K.contiguous(), V.contiguous(), lse,
+        alpha if want_alpha else lse, out, H, C, consts, halves, thresh,
+        HAS_PERM=perm is not None, WANT_ALPHA=want_alpha, DROP=p > 0, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=_pow2(C, 1 << 16),
+    )
+    return out, lse, alpha
+
+
+@_register("transformer_attention_backward")
+def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, alpha, lse, scale, p, seed):
+    n, H, C = Q.shape
+    q = idx.shape[0]
+    cached = alpha is not None
+    write_ad = p > 0 or not cached
+    de = torch.zeros(q, H, dtype=Q.dtype, device=Q.device)
+    alpha_d = torch.zeros(q if write_ad else 0, H, dtype=Q.dtype, device=Q.device)
+    dQ = torch.zeros_like(Q, memory_format=torch.contiguous_format)
+    dK = torch.zeros_like(K, memory_format=torch.contiguous_format)
+    dV = torch.zeros_like(V, memory_format=torch.contiguous_format)
+    if Q.numel() == 0 and K.numel() == 0:
+        return dQ, dK, dV
+    consts, halves, thresh = _dot_consts(scale, p, seed, Q.device)
+    G, Q, K, V = G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous()
+    BC = _pow2(C, 1 << 16)
+    any_ = alpha_d if write_ad else alpha
+    if n:
+        wrap_triton(TK.dot_attention_backward_rows_kernel)[(n, H)](
+            ptr, idx, idx if perm is None else perm, G, Q, K, V, D.contiguous(), alpha if cached else any_,
+            lse if lse is not None else any_, de, any_, dQ, H, C, consts, halves, thresh,
+            HAS_PERM=perm is not None, CACHED=cached, DROP=p > 0, WRITE_AD=write_ad, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=BC,
+        )
+    if K.shape[0]:
+        wrap_triton(TK.dot_attention_backward_cols_kernel)[(K.shape[0], H)](
+            tptr, tidx, tidx if tperm is None else tperm, G, Q, any_, de, dK, dV, H, C, consts,
+            HAS_PERM=tperm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=BC,
+        )
+    return dQ, dK, dV
