@@ -443,3 +443,11 @@ def test_cuda_matches_cpu():
     got = run(ours, lambda m: m(xc, ei.cuda()), [xc])
     torch.testing.assert_close(got[0][0].cpu(), want[0][0])
     torch.testing.assert_close(got[1][0].cpu(), want[1][0])
+
+
+def test_explain_shows_the_layers_plans(cora):
+    from corgnn.explain import explain_model
+
+    text = explain_model("transformer", "Cora", hidden=4)
+    assert text.count("TransformerConv, caching scheme") == 2 and text.count("choice: edge_weights") == 2
+    assert "row_stats" in text and "heads=8" in text
