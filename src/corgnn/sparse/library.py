@@ -33,9 +33,12 @@ op                          computes (``B``/``C``/``M`` 2-D ``(rows, f)`` or sem
 ``gat_attention``           fused GAT forward: logits, LeakyReLU, softmax, dropout, SpMM
 ``gat_attention_backward``  its backward (every caching scheme of Table 4)
 ``gat_head_weighted_sums``  ``(sum_i w1[i,h] M[i,h], sum_i w2[i,h] M[i,h])``
-``transformer_attention``   fused dot-product attention (TransformerConv): scores, online softmax, dropout, SpMM
-``transformer_attention_backward``  its backward: ``(dQ, dK, dV)``
 ==========================  ==============================================================
+
+``transformer_attention`` is the fused dot-product attention of ``TransformerConv``
+(scores ``<Q_i, K_j> * scale``, online row softmax, dropout, SpMM with ``V``) and
+``transformer_attention_backward`` its backward ``(dQ, dK, dV)``
+(:mod:`corgnn.sparse.attention_dot`).
 
 Paper: appendix "Common Sparse Operators" (Listings 1-2), "GAT Forward Pass",
 "GAT Backward Pass"; §"Multi-head GAT" (semi-batched layout).
