@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch_geometric.nn.dense.linear import Linear
 
-from .._validate import check_edge_index, check_features
+from .._validate import check_edge_index, check_features, check_finite
 from ..cost.transformer import TransformerPlan, parse_transformer_cache, plan_transformer
 from ..functional.transformer import dot_attention, project_heads, transformer_conv
 from ..graph import GraphCache, is_sparse_adjacency
@@ -61,8 +61,9 @@ class TransformerConv(CorgnnConv):
         dropout: dropout probability of the attention coefficients in training
             (default 0). The mask is a counter-based hash of each entry and an 8-byte
             seed (:mod:`corgnn.sparse.rng`), redrawn in backward.
-        edge_dim: not supported (default None): raises :class:`UnsupportedOption`;
-            ``corgnn.optimize`` leaves such layers to PyG.
+        edge_dim: edge feature width (default None: none); ``lin_edge (h*c, edge_dim)``
+            (no bias, as PyG) maps ``edge_attr`` to a term added to every key and value
+            (computed in the kernels from ``edge_attr``, never as ``(q, h, c)``).
         bias: biases on ``lin_query``/``lin_key``/``lin_value``/``lin_skip`` (default True).
         root_weight: add the root term ``lin_skip(x_i)`` (default True).
         **kwargs: PyG's ``MessagePassing`` options where they change nothing
@@ -92,26 +93,27 @@ class TransformerConv(CorgnnConv):
     """
 
     PYG_NAME = "TransformerConv"
-    PYG_LINEARS = ("lin_key", "lin_query", "lin_value", "lin_skip", "lin_beta")
+    PYG_LINEARS = ("lin_key", "lin_query", "lin_value", "lin_skip", "lin_beta", "lin_edge")
 
     @classmethod
     def pyg_unsupported(cls, layer) -> list[str]:
-        """Options of a PyG ``TransformerConv`` this layer does not support: edge
-        features (``edge_dim``), a bias on ``lin_beta``, those of
+        """Options of a PyG ``TransformerConv`` this layer does not support: a bias on
+        ``lin_beta`` or ``lin_edge``, ``edge_dim`` without ``lin_edge``, those of
         :func:`~corgnn.nn.base.message_passing_unsupported`, a non-Parameter weight.
         Bipartite ``in_channels``, ``beta``, ``root_weight=False``, ``bias=False``,
-        ``concat=False`` and attention dropout are converted."""
+        ``concat=False``, edge features and attention dropout are converted."""
         unsupported = message_passing_unsupported(layer)
-        if getattr(layer, "edge_dim", None) is not None or getattr(layer, "lin_edge", None) is not None:
-            unsupported.append(f"edge_dim={getattr(layer, 'edge_dim', None)} (edge features)")
+        if getattr(layer, "edge_dim", None) is not None and getattr(layer, "lin_edge", None) is None:
+            unsupported.append(f"edge_dim={layer.edge_dim} without lin_edge")
         if any(getattr(layer, name, None) is None for name in ("lin_key", "lin_query", "lin_value", "lin_skip")):
             unsupported.append("a missing lin_key/lin_query/lin_value/lin_skip")
             return unsupported
         biases = {getattr(layer, name).bias is not None for name in ("lin_key", "lin_query", "lin_value", "lin_skip")}
         if len(biases) > 1:
             unsupported.append("biases on some of lin_key/lin_query/lin_value/lin_skip only")
-        if getattr(layer, "lin_beta", None) is not None and layer.lin_beta.bias is not None:
-            unsupported.append("lin_beta.bias")
+        for name in ("lin_beta", "lin_edge"):
+            if getattr(layer, name, None) is not None and getattr(layer, name).bias is not None:
+                unsupported.append(f"{name}.bias")
         return unsupported + not_parameters(cls.pyg_params(layer))
 
     @classmethod
@@ -120,7 +122,8 @@ class TransformerConv(CorgnnConv):
         bipartite = isinstance(layer.in_channels, (tuple, list)) or m_src != m_dst
         return dict(
             in_channels=(m_src, m_dst) if bipartite else m_src, out_channels=layer.out_channels, heads=layer.heads,
-            concat=layer.concat, beta=bool(layer.beta), dropout=layer.dropout, edge_dim=None,
+            concat=layer.concat, beta=bool(layer.beta), dropout=layer.dropout,
+            edge_dim=None if getattr(layer, "lin_edge", None) is None else layer.lin_edge.weight.size(1),
             bias=layer.lin_key.bias is not None, root_weight=layer.root_weight,
         )
 
@@ -144,10 +147,7 @@ class TransformerConv(CorgnnConv):
         super().__init__()
         check_message_passing_kwargs(type(self).__name__, kwargs, fixed=("node_dim",))
         if edge_dim is not None:
-            raise UnsupportedOption(
-                f"TransformerConv: edge_dim={edge_dim!r} (edge features) is not supported by corgnn; use "
-                "torch_geometric.nn.TransformerConv (corgnn.optimize leaves such layers to PyG)"
-            )
+            _positive_int("edge_dim", edge_dim)
         if isinstance(in_channels, (tuple, list)):
             if len(in_channels) != 2:
                 raise ValueError(f"in_channels must be an int or a (source, target) pair, got {tuple(in_channels)}")
@@ -168,13 +168,16 @@ class TransformerConv(CorgnnConv):
         if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 0):
             raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, bool(concat)
-        self.beta, self.root_weight, self.dropout, self.edge_dim = bool(beta and root_weight), bool(root_weight), float(dropout), None
+        self.beta, self.root_weight, self.dropout, self.edge_dim = bool(beta and root_weight), bool(root_weight), float(dropout), edge_dim
         self.cache, self.format, self.memory_budget = cache, format, memory_budget
         hc = heads * out_channels
         self.lin_key = Linear(m_src, hc, bias=bias)
         self.lin_query = Linear(m_dst, hc, bias=bias)
         self.lin_value = Linear(m_src, hc, bias=bias)
-        self.register_parameter("lin_edge", None)
+        if edge_dim is not None:
+            self.lin_edge = Linear(edge_dim, hc, bias=False)
+        else:
+            self.register_parameter("lin_edge", None)
         total_out = hc if concat else out_channels
         self.lin_skip = Linear(m_dst, total_out, bias=bias)  # (built without root_weight too, as PyG)
         if self.beta:
@@ -188,7 +191,7 @@ class TransformerConv(CorgnnConv):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for lin in (self.lin_key, self.lin_query, self.lin_value, self.lin_skip, self.lin_beta):
+        for lin in (self.lin_key, self.lin_query, self.lin_value, self.lin_edge, self.lin_skip, self.lin_beta):
             if lin is not None:
                 lin.reset_parameters()
 
@@ -218,7 +221,8 @@ class TransformerConv(CorgnnConv):
             edge_index: ``(2, q)`` int tensor (row 0 = source, row 1 = target), a
                 :class:`corgnn.Graph`, or (one node set) a sparse adjacency in PyG's
                 ``adj_t`` convention (``torch.sparse`` or ``torch_sparse.SparseTensor``).
-            edge_attr: must be None (no edge features; PyG adds it to the values).
+            edge_attr: ``(q, edge_dim)`` edge features in ``edge_index``'s order, needed
+                with ``edge_dim`` (``edge_index`` input only); must be None without.
             return_attention_weights: as PyG, a bool (True or False) also returns
                 ``(edge_index, alpha (q, heads))``, the attention before dropout in
                 ``edge_index``'s order, differentiable (``edge_index`` input only).
@@ -231,46 +235,58 @@ class TransformerConv(CorgnnConv):
         flow = getattr(self, "flow", "source_to_target")
         if flow != "source_to_target":  # (set on the built layer: never silently ignored)
             raise UnsupportedOption(f"TransformerConv: flow={flow!r} is not supported by corgnn (only 'source_to_target'); use torch_geometric.nn.TransformerConv")
-        if edge_attr is not None:
-            raise ValueError("edge_attr: corgnn's TransformerConv has no edge features (edge_dim); pass edge_attr=None or use torch_geometric.nn.TransformerConv")
+        use_edge = self.lin_edge is not None
+        if edge_attr is not None and not use_edge:
+            raise ValueError("edge_attr: this TransformerConv has no edge features (edge_dim=None; PyG would add edge_attr to the values); pass edge_attr=None or build the layer with edge_dim")
+        if use_edge and edge_attr is None:
+            raise ValueError(f"edge_attr: the layer has edge_dim={self.edge_dim}; pass edge_attr of shape (q, {self.edge_dim})")
         want_alpha = isinstance(return_attention_weights, bool)  # PyG: True or False both return them
         H, C = self.heads, self.out_channels
         xs = None
         if isinstance(x, (tuple, list)):
             x_src, x_dst, A, ei, perm = self._bipartite_inputs(x, edge_index, want_alpha)
             x_root = x_dst
+            if use_edge:
+                q_edges = ei.size(1)
         else:
             graph, x_src, xs, _ = self._inputs(x, edge_index)
             x_dst = None
             x_root = x_src
-            if want_alpha:
+            if want_alpha or use_edge:
                 if graph.sparse_input is not None:
-                    raise UnsupportedOption("TransformerConv: return_attention_weights with a sparse adjacency is not supported by corgnn; pass edge_index")
-                A = graph.gat_adjacency(add_self_loops=False)
+                    what = "edge_attr" if use_edge else "return_attention_weights"
+                    raise UnsupportedOption(f"TransformerConv: {what} with a sparse adjacency is not supported by corgnn; pass edge_index")
+                A = graph.gat_adjacency(add_self_loops=False)  # (CSR: edge i's features go to entry perm^-1[i])
                 ei, perm = graph.gat_edges(add_self_loops=False)
+                q_edges = graph.num_edges
             else:
                 A = self.adjacency(graph)
             if xs is not None:
                 x_src = x_root = None
         wq, bq, wk, bk, wv, bv = (p for lin in (self.lin_query, self.lin_key, self.lin_value) for p in (lin.weight, lin.bias))
+        attr = we = None
+        if use_edge:
+            attr = self._edge_features(edge_attr, q_edges)[perm]  # (A's entry order)
+            we = self.lin_edge.weight
         if want_alpha:
             # (projections through torch autograd, attention through corgnn's differentiable ops)
             Q = project_heads(x_src if x_dst is None else x_dst, wq, bq, H, xs if x_dst is None else None)
             K = project_heads(x_src, wk, bk, H, xs)
             V = project_heads(x_src, wv, bv, H, xs)
-            out3, alpha = dot_attention(Q, K, V, A, dropout=self.dropout, training=self.training)
+            E = None if attr is None else self.lin_edge(attr).unflatten(1, (H, C))
+            out3, alpha = dot_attention(Q, K, V, A, dropout=self.dropout, training=self.training, E=E)
             out = out3.flatten(1) if self.concat else out3.mean(1)
             self.last_plan = self.last_cache = None
         else:
             training = torch.is_grad_enabled() and any(
-                t is not None and t.requires_grad for t in (x_src, x_dst, wq, bq, wk, bk, wv, bv)
+                t is not None and t.requires_grad for t in (x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we)
             )
             m = wk.size(1)
             plan = self.plan(A.shape[0], A.nnz, m, training, wq.element_size())
             self.last_plan, self.last_cache = plan, plan.scheme
             out = transformer_conv(
                 x_src, x_dst, wq, bq, wk, bk, wv, bv, A, H, concat=self.concat,
-                dropout=self.dropout, training=self.training, cache=plan.scheme, xs=xs,
+                dropout=self.dropout, training=self.training, cache=plan.scheme, xs=xs, edge_attr=attr, edge_weight=we,
             )
         if self.root_weight:
             x_r = spmm(xs, self.lin_skip.weight.t(), bias=self.lin_skip.bias) if x_root is None else self.lin_skip(x_root)
@@ -284,6 +300,19 @@ class TransformerConv(CorgnnConv):
             inv[perm] = torch.arange(perm.numel(), device=perm.device)
             return out, (ei, alpha[inv])
         return out
+
+    def _edge_features(self, edge_attr, q: int) -> torch.Tensor:
+        """``edge_attr`` validated: a floating ``(q, edge_dim)`` tensor of the layer's dtype
+        and device, finite."""
+        like = self.lin_edge.weight
+        if not isinstance(edge_attr, torch.Tensor) or not edge_attr.is_floating_point():
+            raise TypeError(f"edge_attr must be a floating tensor of shape ({q}, {self.edge_dim}), got {getattr(edge_attr, 'dtype', type(edge_attr).__name__)}")
+        if edge_attr.dim() != 2 or tuple(edge_attr.shape) != (q, self.edge_dim):
+            raise ValueError(f"edge_attr must have shape ({q}, {self.edge_dim}) (one row per edge), got {tuple(edge_attr.shape)}")
+        if edge_attr.dtype != like.dtype or edge_attr.device != like.device:
+            raise TypeError(f"edge_attr is {edge_attr.dtype} on {edge_attr.device} but the layer's parameters are {like.dtype} on {like.device}")
+        check_finite("edge_attr", edge_attr)
+        return edge_attr
 
     def _bipartite_inputs(self, x, edge_index, want_alpha: bool):
         """``(x_src, x_dst, A (n_dst, n_src) CSR, edge_index, perm)`` of a bipartite

@@ -37,7 +37,9 @@ def dot_attention_forward(
     drop: DropoutSpec = NO_DROPOUT,
     *,
     want_alpha: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    Qe: torch.Tensor | None = None,
+    attr: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Scaled dot-product attention over ``A``'s entries, fused per destination row.
 
     ``s_e = <Q[i], K[j]> * scale`` per head for entry ``e = (i, j)``;
@@ -52,17 +54,24 @@ def dot_attention_forward(
         scale: score scale (``1 / sqrt(c)`` in ``TransformerConv``).
         drop: attention dropout (inactive by default).
         want_alpha: also return the attention weights.
+        Qe, attr: edge features, both or neither: ``attr (q, f)`` per entry in ``A``'s
+            order and ``Qe (n_dst, h, f)`` the queries projected on them
+            (``Qe_i = W_e^T Q_i`` per head for PyG's ``lin_edge`` ``W_e``), so that
+            ``s_e = (<Q_i, K_j> + <Qe_i, attr_e>) * scale = <Q_i, K_j + W_e attr_e> * scale``.
 
     Returns:
-        ``(out (n_dst, h, c), lse (n_dst, h), alpha (q, h) before dropout or None)``,
-        ``lse`` the row's ``log sum_e exp(s_e)`` (0 for a row without entries), from
-        which the backward pass can recompute ``alpha_e = exp(s_e - lse_i)``.
+        ``(out (n_dst, h, c), lse (n_dst, h), alpha (q, h) before dropout or None,
+        Ae (n_dst, h, f) or None)``: ``lse`` the row's ``log sum_e exp(s_e)`` (0 for a
+        row without entries), from which the backward pass can recompute
+        ``alpha_e = exp(s_e - lse_i)``; ``Ae_i = sum_e dropout(alpha_e) attr_e`` with
+        edge features (the caller adds ``W_e Ae_i``, PyG's ``+ W_e attr_e`` on the values).
     """
     ptr, idx, perm = A.row_plan(False)
-    out, lse, alpha = L.transformer_attention(
-        ptr, idx, perm, Q.contiguous(), K.contiguous(), V.contiguous(), float(scale), drop.p, drop.seed, bool(want_alpha)
+    c = lambda t: None if t is None else t.contiguous()  # noqa: E731
+    out, lse, alpha, Ae = L.transformer_attention(
+        ptr, idx, perm, Q.contiguous(), K.contiguous(), V.contiguous(), c(Qe), c(attr), float(scale), drop.p, drop.seed, bool(want_alpha)
     )
-    return out, lse, alpha if want_alpha else None
+    return out, lse, alpha if want_alpha else None, Ae if attr is not None else None
 
 
 def dot_attention_backward(
@@ -77,7 +86,10 @@ def dot_attention_backward(
     *,
     alpha: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    Qe: torch.Tensor | None = None,
+    Ge: torch.Tensor | None = None,
+    attr: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Backward of :func:`dot_attention_forward`, with ``G = dL/dout (n_dst, h, c)``.
 
     Per entry ``e = (i, j)`` and head (``drop_e`` the dropout factor, 0 or ``1/(1-p)``):
@@ -94,9 +106,15 @@ def dot_attention_backward(
         D: ``(n_dst, h)``, ``<G_i, out_i>`` per row and head.
         alpha: ``(q, h)`` the forward's attention before dropout (cached), or None
             and ``lse (n_dst, h)`` to recompute it from.
+        Qe, Ge, attr: edge features (all or none): ``attr (q, f)``, ``Qe`` as the
+            forward and ``Ge (n_dst, h, f) = W_e^T G_i`` per head; ``dalpha_e`` gains
+            ``drop_e <Ge_i, attr_e>``.
 
     Returns:
-        ``(dQ, dK, dV)`` shaped as ``Q, K, V``.
+        ``(dQ, dK, dV, dQe, dattr)``: ``dQ, dK, dV`` shaped as ``Q, K, V`` (``dQ``
+        without the edge term ``scale W_e dQe``, which the caller adds); with edge
+        features ``dQe_i = sum_e de_e attr_e (n_dst, h, f)`` and
+        ``dattr_e = sum_h (scale de_e Qe_i + drop_e alpha_e Ge_i) (q, f)``, else None.
 
     Raises:
         ValueError: neither ``alpha`` nor ``lse`` given.
@@ -104,7 +122,8 @@ def dot_attention_backward(
     if alpha is None and lse is None:
         raise ValueError("dot_attention_backward needs the cached alpha, or lse to recompute it")
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
-    return L.transformer_attention_backward(
+    dQ, dK, dV, dQe, dattr = L.transformer_attention_backward(
         *A.row_plan(False), *A.row_plan(True), G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous(),
-        D.contiguous(), c(alpha), None if alpha is not None else c(lse), float(scale), drop.p, drop.seed,
+        D.contiguous(), c(Qe), c(Ge), c(attr), c(alpha), None if alpha is not None else c(lse), float(scale), drop.p, drop.seed,
     )
+    return (dQ, dK, dV) + ((dQe, dattr) if attr is not None else (None, None))

@@ -40,7 +40,7 @@ _JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
 @gather_kernel(operand=5)
 def dot_attention_forward_rows(dist):
     @njit(**_JIT)
-    def dot_attention_forward_rows(ptr, idx, perm, chunks, Q, K, V, scale, thresh, dscale, seed_lo, seed_hi, lse, alpha, out):
+    def dot_attention_forward_rows(ptr, idx, perm, chunks, Q, K, V, Qe, attr, scale, thresh, dscale, seed_lo, seed_hi, lse, alpha, out, Ae):
         """Scores, online row softmax, attention dropout and aggregation, fused.
 
         Per destination row ``i`` and head ``h``, walking the row's entries once:
@@ -55,9 +55,16 @@ def dot_attention_forward_rows(dist):
         empty row); alpha (q, H) out, the softmax before dropout, or empty (not
         written); out (n, H, C) overwritten (an empty row gives zeros). ``scale`` and
         ``dscale`` of ``Q``'s dtype keep float32 math float32.
+
+        Edge features (``Ae`` non-empty): ``attr (q, F)`` in entry order and ``Qe (n, H, F)``;
+        the score gains ``<Qe[i, h], attr[e]> * scale`` and ``Ae[i, h] = sum_e
+        drop_e alpha_e attr[e]`` (n, H, F) is accumulated as ``out`` (the caller adds
+        ``W_e Ae``: PyG adds ``W_e attr_e`` to every key and value).
         """
         H = Q.shape[1]
         C = Q.shape[2]
+        F = attr.shape[1]
+        has_edge = Ae.shape[0] > 0
         has_perm = perm.shape[0] > 0
         want_alpha = alpha.shape[0] > 0
         drop = thresh > 0
@@ -73,6 +80,9 @@ def dot_attention_forward_rows(dist):
                     tot[h] = 0
                     for k in range(C):
                         out[i, h, k] = 0
+                    if has_edge:
+                        for f in range(F):
+                            Ae[i, h, f] = 0
                 if hi == lo:
                     continue
                 prefetch_gather(K, idx, lo, hi, dist)
@@ -84,6 +94,9 @@ def dot_attention_forward_rows(dist):
                         s = Q[i, h, 0] * K[c, h, 0]
                         for k in range(1, C):
                             s += Q[i, h, k] * K[c, h, k]
+                        if has_edge:
+                            for f in range(F):
+                                s += Qe[i, h, f] * attr[e, f]
                         s *= scale
                         if want_alpha:
                             alpha[e, h] = s
@@ -94,6 +107,9 @@ def dot_attention_forward_rows(dist):
                             tot[h] *= r
                             for k in range(C):
                                 out[i, h, k] *= r
+                            if has_edge:
+                                for f in range(F):
+                                    Ae[i, h, f] *= r
                             mx[h] = s
                         w = math.exp(s - mx[h])
                         tot[h] += w
@@ -101,10 +117,16 @@ def dot_attention_forward_rows(dist):
                             w *= dscale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
                         for k in range(C):
                             out[i, h, k] += w * V[c, h, k]
+                        if has_edge:
+                            for f in range(F):
+                                Ae[i, h, f] += w * attr[e, f]
                 for h in range(H):
                     inv = 1 / tot[h]
                     for k in range(C):
                         out[i, h, k] *= inv
+                    if has_edge:
+                        for f in range(F):
+                            Ae[i, h, f] *= inv
                     lse[i, h] = mx[h] + math.log(tot[h])
                 if want_alpha:
                     for j in range(lo, hi):
@@ -117,7 +139,7 @@ def dot_attention_forward_rows(dist):
 @gather_kernel(operand=5)
 def dot_attention_backward_rows(dist):
     @njit(**_JIT)
-    def dot_attention_backward_rows(ptr, idx, perm, chunks, G, Q, K, V, D, alpha, lse, scale, thresh, dscale, seed_lo, seed_hi, de, alpha_d, dQ):
+    def dot_attention_backward_rows(ptr, idx, perm, chunks, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, thresh, dscale, seed_lo, seed_hi, de, alpha_d, dQ, dQe, dattr):
         """Backward over destination rows: SDDMM, dropout and softmax backward, ``dQ``.
 
         Per row ``i``, head ``h``, entry ``e`` (one pass; ``D[i, h] = <G[i, h], out[i, h]>``
@@ -131,9 +153,17 @@ def dot_attention_backward_rows(dist):
         ``alpha_d`` (q, H) the dropped attention ``drop_e * alpha_e`` for the transposed
         walk's ``dV`` (empty = not written: no dropout and ``alpha`` cached, the caller
         reads ``alpha``); ``dQ`` (n, H, C); all overwritten.
+
+        Edge features (``dQe`` non-empty): ``Qe, Ge (n, H, F)`` (queries and ``G``
+        projected on them), ``attr (q, F)``; the score gains ``<Qe[i, h], attr[e]>``,
+        ``dalpha_e`` gains ``drop_e <Ge[i, h], attr[e]>``; outputs
+        ``dQe[i, h] = sum_e de_e attr[e]`` and ``dattr[e] = sum_h (scale de_e Qe[i, h]
+        + drop_e alpha_e Ge[i, h])`` (q, F) (each entry is walked once: no atomics).
         """
         H = Q.shape[1]
         C = Q.shape[2]
+        F = attr.shape[1]
+        has_edge = dQe.shape[0] > 0
         has_perm = perm.shape[0] > 0
         cached = alpha.shape[0] > 0
         write_ad = alpha_d.shape[0] > 0
@@ -144,11 +174,17 @@ def dot_attention_backward_rows(dist):
                 for h in range(H):
                     for k in range(C):
                         dQ[i, h, k] = 0
+                    if has_edge:
+                        for f in range(F):
+                            dQe[i, h, f] = 0
                 prefetch_gather(K, idx, ptr[i], ptr[i + 1], dist)
                 prefetch_gather(V, idx, ptr[i], ptr[i + 1], dist)
                 for j in range(ptr[i], ptr[i + 1]):
                     c = idx[j]
                     e = perm[j] if has_perm else j
+                    if has_edge:
+                        for f in range(F):
+                            dattr[e, f] = 0
                     for h in range(H):
                         if cached:
                             a = alpha[e, h]
@@ -156,10 +192,16 @@ def dot_attention_backward_rows(dist):
                             s = Q[i, h, 0] * K[c, h, 0]
                             for k in range(1, C):
                                 s += Q[i, h, k] * K[c, h, k]
+                            if has_edge:
+                                for f in range(F):
+                                    s += Qe[i, h, f] * attr[e, f]
                             a = math.exp(s * scale - lse[i, h])
                         g = G[i, h, 0] * V[c, h, 0]
                         for k in range(1, C):
                             g += G[i, h, k] * V[c, h, k]
+                        if has_edge:
+                            for f in range(F):
+                                g += Ge[i, h, f] * attr[e, f]
                         ad = a
                         if drop:
                             f = dscale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
@@ -169,6 +211,11 @@ def dot_attention_backward_rows(dist):
                         de[e, h] = v
                         if write_ad:
                             alpha_d[e, h] = ad
+                        if has_edge:
+                            vs = v * scale
+                            for f in range(F):
+                                dQe[i, h, f] += v * attr[e, f]
+                                dattr[e, f] += vs * Qe[i, h, f] + ad * Ge[i, h, f]
                         v *= scale
                         for k in range(C):
                             dQ[i, h, k] += v * K[c, h, k]

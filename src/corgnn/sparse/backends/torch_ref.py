@@ -188,40 +188,58 @@ class TorchBackend(Backend):
         return torch.einsum("nh,nhk->hk", w1, M), torch.einsum("nh,nhk->hk", w2, M)
 
     # dot-product attention (TransformerConv) ----------------------------------
-    def transformer_attention(self, ptr, idx, perm, Q, K, V, scale, p, seed, want_alpha):
+    def transformer_attention(self, ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, want_alpha):
         dt = Q.dtype
-        Q, K, V = _f32(Q, K, V)
+        Q, K, V, Qe, attr = _f32(Q, K, V, Qe, attr)
         n, H = ptr.numel() - 1, Q.shape[1]
         dst, src = _endpoints(ptr, idx, perm)
-        score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1) * scale  # SDDMM (q, H)
+        q = dst.numel()
+        score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1)  # SDDMM (q, H)
+        if attr is not None:
+            score = score + (Qe.index_select(0, dst) * attr[:q].unsqueeze(1)).sum(-1)
+        score = score * scale
         alpha = _segment_softmax(score, dst, n)
         lse = _row_logsumexp(score, dst, n)
         ad = alpha
         if p > 0:
-            ad = alpha * dropout_keep_mask(dst.numel(), H, p, seed, Q.device).to(alpha.dtype) * (1.0 / (1.0 - p))
+            ad = alpha * dropout_keep_mask(q, H, p, seed, Q.device).to(alpha.dtype) * (1.0 / (1.0 - p))
         out = _spmm(dst, src, ad, V, n)
+        if attr is not None:
+            Ae = torch.zeros(n, H, attr.shape[1], dtype=Q.dtype, device=Q.device).index_add_(0, dst, ad.unsqueeze(-1) * attr[:q].unsqueeze(1))
+        else:
+            Ae = Q.new_empty(0, H, 0)
         alpha = _pad_entries(alpha, idx.numel()) if want_alpha else alpha.new_empty(0, H)
-        return out.to(dt), lse.to(dt), alpha.to(dt)
+        return out.to(dt), lse.to(dt), alpha.to(dt), Ae.to(dt)
 
-    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, alpha, lse, scale, p, seed):
+    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, p, seed):
         dt = Q.dtype
-        G, Q, K, V, D, alpha, lse = _f32(G, Q, K, V, D, alpha, lse)
+        G, Q, K, V, D, Qe, Ge, attr, alpha, lse = _f32(G, Q, K, V, D, Qe, Ge, attr, alpha, lse)
         n, H = Q.shape[:2]
         dst, src = _endpoints(ptr, idx, perm)
         q = dst.numel()
         if alpha is not None:
             alpha = alpha[:q]
         else:
-            score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1) * scale
-            alpha = (score - lse.index_select(0, dst)).exp()
+            score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1)
+            if attr is not None:
+                score = score + (Qe.index_select(0, dst) * attr[:q].unsqueeze(1)).sum(-1)
+            alpha = (score * scale - lse.index_select(0, dst)).exp()
         dalpha = (G.index_select(0, dst) * V.index_select(0, src)).sum(-1)  # SDDMM
+        if attr is not None:
+            dalpha = dalpha + (Ge.index_select(0, dst) * attr[:q].unsqueeze(1)).sum(-1)
         ad = alpha
         if p > 0:
             keep = dropout_keep_mask(q, H, p, seed, Q.device).to(alpha.dtype) * (1.0 / (1.0 - p))
             dalpha = dalpha * keep
             ad = alpha * keep
-        de = alpha * (dalpha - D.index_select(0, dst)) * scale
-        dQ = _spmm(dst, src, de, K, n)
-        dK = _spmm(src, dst, de, Q, K.shape[0])  # transposed products
+        de = alpha * (dalpha - D.index_select(0, dst))
+        dQ = _spmm(dst, src, de * scale, K, n)
+        dK = _spmm(src, dst, de * scale, Q, K.shape[0])  # transposed products
         dV = _spmm(src, dst, ad, G, V.shape[0])
-        return dQ.to(dt), dK.to(dt), dV.to(dt)
+        if attr is not None:
+            dQe = torch.zeros(n, H, attr.shape[1], dtype=Q.dtype, device=Q.device).index_add_(0, dst, de.unsqueeze(-1) * attr[:q].unsqueeze(1))
+            dattr = ((de * scale).unsqueeze(-1) * Qe.index_select(0, dst) + ad.unsqueeze(-1) * Ge.index_select(0, dst)).sum(1)
+            dattr = _pad_entries(dattr, attr.shape[0])
+        else:
+            dQe, dattr = Q.new_empty(0, H, 0), Q.new_empty(0, 0)
+        return dQ.to(dt), dK.to(dt), dV.to(dt), dQe.to(dt), dattr.to(dt)
