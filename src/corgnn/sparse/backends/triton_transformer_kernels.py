@@ -20,7 +20,7 @@ import triton.language as tl
 
 from .triton_kernels import keep_edge
 
-__all__ = ["dot_attention_forward_kernel", "dot_attention_backward_rows_kernel", "dot_attention_backward_cols_kernel"]
+__all__ = ["dot_attention_forward_kernel", "dot_attention_backward_rows_kernel", "dot_attention_backward_cols_kernel", "dot_attention_edge_grad_kernel"]
 
 
 @triton.jit
@@ -40,17 +40,25 @@ def _rows(X, c, h, H, C, cs, emask, cmask, dt: tl.constexpr):
 
 
 @triton.jit
+def _edge_rows(attr, e, F, fs, emask, fmask, dt: tl.constexpr):
+    """Edge features ``attr[e, :]`` of a block of entries, ``(BLOCK_E, BLOCK_F)``."""
+    return tl.load(attr + e[:, None] * F + fs[None, :], mask=emask[:, None] & fmask[None, :], other=0.0).to(dt)
+
+
+@triton.jit
 def dot_attention_forward_kernel(
-    ptr, idx, perm, Q, K, V, lse, alpha, out, H, C, consts, seed, thresh,
-    HAS_PERM: tl.constexpr, WANT_ALPHA: tl.constexpr, DROP: tl.constexpr, ACC64: tl.constexpr,
-    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr,
+    ptr, idx, perm, Q, K, V, Qe, attr, lse, alpha, out, Ae, H, C, F, consts, seed, thresh,
+    HAS_PERM: tl.constexpr, WANT_ALPHA: tl.constexpr, DROP: tl.constexpr, HAS_EDGE: tl.constexpr, ACC64: tl.constexpr,
+    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
     """Fused attention for destination row ``program_id(0)``, head ``program_id(1)``
     (numba twin: ``dot_attention_forward_rows``): scores ``s = <Q_i, K_c> * scale``,
     online softmax (running max ``m`` and sum ``l``, the accumulator rescaled by
     ``exp(m_old - m_new)`` per block), dropout, ``out[i, h] = sum drop(alpha) V_c``,
     ``lse[i, h] = m + log(l)`` (0 for an empty row) and, when ``WANT_ALPHA``, ``alpha``
-    before dropout (scores stored first, normalised in a second walk)."""
+    before dropout (scores stored first, normalised in a second walk). ``HAS_EDGE``:
+    edge features ``attr (q, F)``, the score gains ``<Qe[i, h], attr_e> * scale`` and
+    ``Ae[i, h] = sum drop(alpha) attr_e`` is accumulated as ``out``."""
     i = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     dt = tl.float64 if ACC64 else tl.float32
@@ -63,13 +71,22 @@ def dot_attention_forward_kernel(
     cs = tl.arange(0, BLOCK_C)
     cmask = cs < C
     q = tl.load(Q + (i * H + h) * C + cs, mask=cmask, other=0.0).to(dt)
+    fs = tl.arange(0, BLOCK_F)
+    fmask = fs < F
+    if HAS_EDGE:
+        qe = tl.load(Qe + (i * H + h) * F + fs, mask=fmask, other=0.0).to(dt)
     mx = tl.full([1], float("-inf"), dt)
     tot = tl.zeros([1], dt)
     acc = tl.zeros([BLOCK_C], dt)
+    acc_e = tl.zeros([BLOCK_F], dt)
     for start in range(lo, hi, BLOCK_E):
         w, emask, c, e = _entries(idx, perm, start, hi, HAS_PERM, BLOCK_E)
         k = _rows(K, c, h, H, C, cs, emask, cmask, dt)
-        s = tl.sum(k * q[None, :], axis=1) * scale
+        s = tl.sum(k * q[None, :], axis=1)
+        if HAS_EDGE:
+            ea = _edge_rows(attr, e, F, fs, emask, fmask, dt)
+            s += tl.sum(ea * qe[None, :], axis=1)
+        s = s * scale
         s = tl.where(emask, s, float("-inf"))
         if WANT_ALPHA:
             tl.store(alpha + e * H + h, s.to(alpha.dtype.element_ty), mask=emask)
@@ -81,10 +98,14 @@ def dot_attention_forward_kernel(
             p = tl.where(keep_edge(e * H + h, seed_lo, seed_hi, thresh), p * dscale, 0.0)
         v = _rows(V, c, h, H, C, cs, emask, cmask, dt)
         acc = acc * r + tl.sum(p[:, None] * v, axis=0)
+        if HAS_EDGE:
+            acc_e = acc_e * r + tl.sum(p[:, None] * ea, axis=0)
         mx = new
     has = tot > 0
     inv = 1.0 / tl.where(has, tot, 1.0)
     tl.store(out + (i * H + h) * C + cs, (acc * inv).to(out.dtype.element_ty), mask=cmask)
+    if HAS_EDGE:
+        tl.store(Ae + (i * H + h) * F + fs, (acc_e * inv).to(Ae.dtype.element_ty), mask=fmask)
     row_lse = tl.where(has, mx + tl.log(tl.where(has, tot, 1.0)), 0.0)
     tl.store(lse + i * H + h + tl.arange(0, 1), row_lse.to(lse.dtype.element_ty))
     if WANT_ALPHA:
@@ -97,15 +118,17 @@ def dot_attention_forward_kernel(
 
 @triton.jit
 def dot_attention_backward_rows_kernel(
-    ptr, idx, perm, G, Q, K, V, D, alpha, lse, de, alpha_d, dQ, H, C, consts, seed, thresh,
-    HAS_PERM: tl.constexpr, CACHED: tl.constexpr, DROP: tl.constexpr, WRITE_AD: tl.constexpr, ACC64: tl.constexpr,
-    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr,
+    ptr, idx, perm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, de, alpha_d, dQ, dQe, H, C, F, consts, seed, thresh,
+    HAS_PERM: tl.constexpr, CACHED: tl.constexpr, DROP: tl.constexpr, WRITE_AD: tl.constexpr, HAS_EDGE: tl.constexpr,
+    ACC64: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
     """Backward over destination row ``program_id(0)``, head ``program_id(1)`` (numba
     twin: ``dot_attention_backward_rows``): ``alpha`` read (``CACHED``) or
     ``exp(s - lse)``; ``dalpha = drop <G_i, V_c>`` (SDDMM); ``de = alpha (dalpha - D_i)``
     into ``de (q, H)``; ``alpha_d = drop alpha`` when ``WRITE_AD``;
-    ``dQ[i, h] = scale * sum de K_c``."""
+    ``dQ[i, h] = scale * sum de K_c``; ``HAS_EDGE``: the score and ``dalpha`` gain the
+    edge terms ``<Qe[i, h], attr_e>``, ``<Ge[i, h], attr_e>`` and
+    ``dQe[i, h] = sum de attr_e`` (``dattr``: :func:`dot_attention_edge_grad_kernel`)."""
     i = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     dt = tl.float64 if ACC64 else tl.float32
@@ -121,17 +144,29 @@ def dot_attention_backward_rows_kernel(
     q = tl.load(Q + base + cs, mask=cmask, other=0.0).to(dt)
     g_i = tl.load(G + base + cs, mask=cmask, other=0.0).to(dt)
     d_i = tl.load(D + i * H + h).to(dt)
+    fs = tl.arange(0, BLOCK_F)
+    fmask = fs < F
+    if HAS_EDGE:
+        qe = tl.load(Qe + (i * H + h) * F + fs, mask=fmask, other=0.0).to(dt)
+        ge = tl.load(Ge + (i * H + h) * F + fs, mask=fmask, other=0.0).to(dt)
     acc = tl.zeros([BLOCK_C], dt)
+    acc_e = tl.zeros([BLOCK_F], dt)
     for start in range(lo, hi, BLOCK_E):
         w, emask, c, e = _entries(idx, perm, start, hi, HAS_PERM, BLOCK_E)
         k = _rows(K, c, h, H, C, cs, emask, cmask, dt)
+        if HAS_EDGE:
+            ea = _edge_rows(attr, e, F, fs, emask, fmask, dt)
         if CACHED:
             a = tl.load(alpha + e * H + h, mask=emask, other=0.0).to(dt)
         else:
-            s = tl.sum(k * q[None, :], axis=1) * scale
-            a = tl.where(emask, tl.exp(s - tl.load(lse + i * H + h).to(dt)), 0.0)
+            s = tl.sum(k * q[None, :], axis=1)
+            if HAS_EDGE:
+                s += tl.sum(ea * qe[None, :], axis=1)
+            a = tl.where(emask, tl.exp(s * scale - tl.load(lse + i * H + h).to(dt)), 0.0)
         v = _rows(V, c, h, H, C, cs, emask, cmask, dt)
         g = tl.sum(v * g_i[None, :], axis=1)
+        if HAS_EDGE:
+            g += tl.sum(ea * ge[None, :], axis=1)
         ad = a
         if DROP:
             f = tl.where(keep_edge(e * H + h, seed_lo, seed_hi, thresh), dscale, 0.0)
@@ -142,7 +177,11 @@ def dot_attention_backward_rows_kernel(
         if WRITE_AD:
             tl.store(alpha_d + e * H + h, ad.to(alpha_d.dtype.element_ty), mask=emask)
         acc += tl.sum((d * scale)[:, None] * k, axis=0)
+        if HAS_EDGE:
+            acc_e += tl.sum(d[:, None] * ea, axis=0)
     tl.store(dQ + base + cs, acc.to(dQ.dtype.element_ty), mask=cmask)
+    if HAS_EDGE:
+        tl.store(dQe + (i * H + h) * F + fs, acc_e.to(dQe.dtype.element_ty), mask=fmask)
 
 
 @triton.jit
@@ -172,3 +211,33 @@ def dot_attention_backward_cols_kernel(
     base = (c * H + h) * C
     tl.store(dK + base + cs, acc_k.to(dK.dtype.element_ty), mask=cmask)
     tl.store(dV + base + cs, acc_v.to(dV.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def dot_attention_edge_grad_kernel(
+    ptr, perm, Qe, Ge, de, ad, dattr, H, F, consts,
+    HAS_PERM: tl.constexpr, ACC64: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr,
+):
+    """Edge-feature gradient over destination row ``program_id(0)``, all heads in one
+    program (so each entry's row of ``dattr`` has one writer, no atomics):
+    ``dattr[e] = sum_h (scale de[e, h] Qe[i, h] + ad[e, h] Ge[i, h])`` (numba twin: inside
+    ``dot_attention_backward_rows``)."""
+    i = tl.program_id(0).to(tl.int64)
+    dt = tl.float64 if ACC64 else tl.float32
+    scale = tl.load(consts).to(dt)
+    lo = tl.load(ptr + i).to(tl.int64)
+    hi = tl.load(ptr + i + 1).to(tl.int64)
+    fs = tl.arange(0, BLOCK_F)
+    fmask = fs < F
+    for start in range(lo, hi, BLOCK_E):
+        w = start + tl.arange(0, BLOCK_E)
+        emask = w < hi
+        e = tl.load(perm + w, mask=emask, other=0).to(tl.int64) if HAS_PERM else w
+        acc = tl.zeros([BLOCK_E, BLOCK_F], dt)
+        for h in range(H):
+            qe = tl.load(Qe + (i * H + h) * F + fs, mask=fmask, other=0.0).to(dt)
+            ge = tl.load(Ge + (i * H + h) * F + fs, mask=fmask, other=0.0).to(dt)
+            d = tl.load(de + e * H + h, mask=emask, other=0.0).to(dt) * scale
+            a = tl.load(ad + e * H + h, mask=emask, other=0.0).to(dt)
+            acc += d[:, None] * qe[None, :] + a[:, None] * ge[None, :]
+        tl.store(dattr + e[:, None] * F + fs[None, :], acc.to(dattr.dtype.element_ty), mask=emask[:, None] & fmask[None, :])
