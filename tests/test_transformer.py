@@ -99,6 +99,34 @@ def test_matches_pyg_float64(cache, options):
     assert ours.last_cache == cache and ours.last_plan.scheme == cache
 
 
+@pytest.mark.parametrize("cache", SCHEMES)
+@pytest.mark.parametrize("options", [dict(heads=2), dict(heads=3, concat=False, beta=True), dict(heads=1, root_weight=False, bias=False)])
+def test_edge_features_match_pyg(cache, options):
+    ei, n = make_graph(seed=8)
+    ref, ours = pair(6, 4, cache=cache, edge_dim=3, **options)
+    x = torch.randn(n, 6, dtype=F64, requires_grad=True)
+    ea = torch.randn(ei.size(1), 3, dtype=F64, requires_grad=True)
+    assert_same(ref, ours, lambda m: m(x, ei, ea), [x, ea])
+    assert ours.last_cache == cache
+    ours.format = "ell"  # (edge features need the CSR's entry order: the layer uses it)
+    assert_same(ref, ours, lambda m: m(x, ei, ea), [x, ea])
+
+
+def test_edge_features_bipartite_attention_weights_and_no_edges():
+    g = torch.Generator().manual_seed(5)
+    n_src, n_dst = 8, 5
+    ei = torch.stack([torch.randint(0, n_src, (20,), generator=g), torch.randint(0, n_dst, (20,), generator=g)])
+    ref, ours = pair((4, 3), 2, heads=2, edge_dim=2, beta=True)
+    xs = torch.randn(n_src, 4, dtype=F64, requires_grad=True)
+    xd = torch.randn(n_dst, 3, dtype=F64, requires_grad=True)
+    ea = torch.randn(20, 2, dtype=F64, requires_grad=True)
+    assert_same(ref, ours, lambda m: m((xs, xd), ei, ea), [xs, xd, ea])
+    assert_same(ref, ours, lambda m: m((xs, xd), ei, ea, return_attention_weights=True), [xs, xd, ea])
+    ref, ours = pair(4, 2, heads=2, edge_dim=2)
+    x = torch.randn(n_src, 4, dtype=F64, requires_grad=True)
+    assert_same(ref, ours, lambda m: m(x, torch.empty(2, 0, dtype=torch.long), torch.empty(0, 2, dtype=F64)), [x])
+
+
 @pytest.mark.parametrize("fmt", ["coo", "csc", "ell", "hybrid"])
 def test_formats_agree(fmt):
     ei, n = make_graph(seed=1)
@@ -186,16 +214,23 @@ def test_gradcheck(cache, p):
     wq = torch.randn(H * C, 2, dtype=F64, requires_grad=True)
     f = lambda xs_, xd_, q, k, v: transformer_conv(xs_, xd_, q, None, k, None, v, None, Ab, H, dropout=drop, training=True, cache=cache)  # noqa: E731
     assert torch.autograd.gradcheck(f, (x, xd, wq, params[2], params[4]), fast_mode=FAST_GRADCHECK)
+    # edge features: attr (q, 2) in A's entry order, lin_edge's weight (H*C, 2)
+    attr = torch.randn(A.nnz, 2, dtype=F64, requires_grad=True)
+    we = torch.randn(H * C, 2, dtype=F64, requires_grad=True)
+    f = lambda *t: transformer_conv(t[0], None, *t[1:7], A, H, dropout=drop, training=True, cache=cache, edge_attr=t[7], edge_weight=t[8])  # noqa: E731
+    assert torch.autograd.gradcheck(f, (x, *params, attr, we), fast_mode=FAST_GRADCHECK)
 
 
-def reference_attention(x, wq, bq, wk, bk, wv, bv, A, heads, concat, keep):
-    """Pure-torch autograd attention on ``A``'s entry order with a given dropout scale ``keep (q, h)``."""
+def reference_attention(x, wq, bq, wk, bk, wv, bv, attr, we, A, heads, concat, keep):
+    """Pure-torch autograd attention on ``A``'s entry order with a given dropout scale
+    ``keep (q, h)`` and edge features ``attr (q, f)``, ``we (h*c, f)`` (PyG's message)."""
     coo = A.to_coo()
     dst, src = coo.row, coo.col
     n = x.size(0)
     Q, K, V = ((x @ w.t() + b).view(n, heads, -1) for w, b in ((wq, bq), (wk, bk), (wv, bv)))
-    alpha = pyg_softmax((Q[dst] * K[src]).sum(-1) / math.sqrt(Q.size(2)), dst, num_nodes=n) * keep
-    out = torch.zeros_like(V).index_add(0, dst, V[src] * alpha.unsqueeze(-1))
+    E = (attr @ we.t()).view(-1, heads, Q.size(2))
+    alpha = pyg_softmax((Q[dst] * (K[src] + E)).sum(-1) / math.sqrt(Q.size(2)), dst, num_nodes=n) * keep
+    out = torch.zeros_like(V).index_add(0, dst, (V[src] + E) * alpha.unsqueeze(-1))
     return out.reshape(n, -1) if concat else out.mean(1)
 
 
@@ -210,7 +245,7 @@ def test_backends_and_dropout_match_reference(backend, p):
     if p:
         assert 0.4 < float((keep > 0).double().mean()) < 0.6
     torch.manual_seed(0)
-    inputs = [torch.randn(s, dtype=F64) for s in [(n, m)] + [(H * C, m), (H * C,)] * 3]
+    inputs = [torch.randn(s, dtype=F64) for s in [(n, m)] + [(H * C, m), (H * C,)] * 3 + [(A.nnz, 2), (H * C, 2)]]
     for concat in (True, False) if backend != "triton" else (True,):  # (the head mean is outside the kernels)
         g = torch.randn(n, H * C if concat else C, dtype=F64)
 
@@ -223,7 +258,9 @@ def test_backends_and_dropout_match_reference(backend, p):
         want = grads(lambda *t: reference_attention(*t, A, H, concat, keep))
         with use_backend(backend):
             for cache in SCHEMES:
-                got = grads(lambda x, *w: transformer_conv(x, None, *w, A, H, concat=concat, dropout=drop, training=True, cache=cache))
+                got = grads(lambda x, *w: transformer_conv(
+                    x, None, *w[:6], A, H, concat=concat, dropout=drop, training=True, cache=cache, edge_attr=w[6], edge_weight=w[7],
+                ))
                 for a, b in zip(got, want):
                     torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
@@ -313,7 +350,8 @@ def test_optimize_converts_pyg_layers():
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         assert isinstance(corgnn.optimize(PygTransformerConv((5, 3), 4, bias=False)), TransformerConv)
-        for declined in (PygTransformerConv(5, 4, edge_dim=2), PygTransformerConv(5, 4, aggr="mean")):
+        assert isinstance(corgnn.optimize(PygTransformerConv(5, 4, edge_dim=2)), TransformerConv)
+        for declined in (PygTransformerConv(5, 4, aggr="mean"), PygTransformerConv(5, 4, flow="target_to_source")):
             assert corgnn.optimize(declined) is declined
     assert len(w) == 2 and all("unsupported" in str(m.message) for m in w)
 
@@ -377,13 +415,17 @@ def test_bytes_saved_and_plan():
         transformer_bytes_saved("all", n, q, h, c, m)
 
 
+@pytest.mark.parametrize("edge_dim", [None, 2])
 @pytest.mark.parametrize("cache", SCHEMES)
-def test_saved_tensors_are_the_plans(cache):
+def test_saved_tensors_are_the_plans(cache, edge_dim):
     """What the Function keeps for backward (autograd's saved-tensor hooks) is the
     input plus exactly the scheme's tensors and the 8-byte dropout seed (parameters
-    aside; the root term's Linear keeps the input it shares)."""
+    aside; the root term's Linear keeps the input it shares; edge features are an
+    input kept in the attention's entry order)."""
     ei, n = make_graph(seed=6)
-    _, layer = pair(5, 3, heads=2, dropout=0.5, root_weight=False)
+    _, layer = pair(5, 3, heads=2, dropout=0.5, root_weight=False, edge_dim=edge_dim)
+    q = ei.size(1)
+    ea = torch.randn(q, 2, dtype=F64) if edge_dim else None
     layer.cache = cache
     params = {id(p) for p in layer.parameters()}
     saved = {}
@@ -394,9 +436,9 @@ def test_saved_tensors_are_the_plans(cache):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        layer(torch.randn(n, 5, dtype=F64), ei).sum().backward()
-    q = ei.size(1)
-    want = transformer_bytes_saved(cache, n, q, 2, 3, 5, value_bytes=8, include_input=True)
+        layer(torch.randn(n, 5, dtype=F64), ei, ea).sum().backward()
+    want = transformer_bytes_saved(cache, n, q, 2, 3, 5, edge_dim=edge_dim or 0, value_bytes=8, include_input=True)
+    want += q * 2 * 8 if edge_dim else 0
     assert sum(saved.values()) == want + 8  # + the attention-dropout seed (one int64), not a mask
 
 
@@ -423,8 +465,18 @@ def test_bad_input_errors():
         layer((x, None), ei)
     with pytest.raises(ValueError, match="source id"):
         layer((x[:5], x), ei)
-    with pytest.raises(UnsupportedOption, match="edge_dim"):
-        TransformerConv(4, 3, edge_dim=2)
+    with_edges = TransformerConv(4, 3, edge_dim=2)
+    with pytest.raises(ValueError, match="edge_attr"):
+        with_edges(x, ei)
+    with pytest.raises(ValueError, match="edge_attr"):
+        with_edges(x, ei, torch.randn(ei.size(1) - 1, 2))
+    with pytest.raises(TypeError, match="edge_attr"):
+        with_edges(x, ei, torch.randn(ei.size(1), 2, dtype=F64))
+    adj = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1)), (n, n)).coalesce()
+    with pytest.raises(UnsupportedOption, match="edge_attr"):
+        with_edges(x, adj, torch.randn(adj._nnz(), 2))
+    with pytest.raises(ValueError, match="edge_dim"):
+        TransformerConv(4, 3, edge_dim=0)
     for kw in (dict(cache="everything"), dict(dropout=1.0), dict(heads=0), dict(format="dense"), dict(memory_budget=-1)):
         with pytest.raises(ValueError):
             TransformerConv(4, 3, **kw)

@@ -24,7 +24,8 @@ row_stats     ``Q, K, V``, ``out (n, h, c)``,        ``alpha`` from ``lse``     
 edge_weights  ``Q, K, V``, ``out``, ``alpha (q, h)``  nothing                     ``16nhc + 4qh``
 ============  =====================================  ==========================  ======================
 
-(float64 doubles the bytes). Every scheme also keeps ``x`` (for ``dL/dW = dQ^T X``,
+(float64 doubles the bytes; with ``f`` edge features per edge "row_stats" and
+"edge_weights" also keep ``Ae = sum_e alpha_e attr_e (n, h, f)``). Every scheme also keeps ``x`` (for ``dL/dW = dQ^T X``,
 ...) and, with attention dropout, the 8-byte seed from which the backward redraws
 the mask. The estimated time of a scheme is the cost of its recomputation
 (:class:`~corgnn.cost.gcn.MachineModel`); more caching is never slower, so without a
@@ -64,18 +65,22 @@ def _check_sizes(**sizes) -> None:
             raise ValueError(f"{name} must be a non-negative int, got {v!r}")
 
 
-def transformer_saved_tensors(scheme: str, n: int, q: int, h: int, c: int, *, n_src: int | None = None, value_bytes: int = 4) -> list[tuple[str, tuple[int, ...], int]]:
+def transformer_saved_tensors(scheme: str, n: int, q: int, h: int, c: int, *, n_src: int | None = None, edge_dim: int = 0, value_bytes: int = 4) -> list[tuple[str, tuple[int, ...], int]]:
     """The activations ``scheme`` keeps for backward beyond ``x`` and the parameters:
     ``[(name, shape, bytes), ...]`` (see the module table); ``n`` destination nodes,
-    ``n_src`` source nodes (default ``n``), ``q`` edges, ``h`` heads, ``c`` channels."""
+    ``n_src`` source nodes (default ``n``), ``q`` edges, ``h`` heads, ``c`` channels,
+    ``edge_dim`` edge features (``f``: "row_stats" and "edge_weights" also keep
+    ``Ae = sum_e alpha_e attr_e (n, h, f)``; the edge features themselves are an input)."""
     scheme = parse_transformer_cache(scheme)
     n_src = n if n_src is None else n_src
-    _check_sizes(n=n, q=q, h=h, c=c, n_src=n_src)
+    _check_sizes(n=n, q=q, h=h, c=c, n_src=n_src, edge_dim=edge_dim)
     out: list[tuple[str, tuple[int, ...], int]] = []
     if scheme != "none":
         out += [("Q", (n, h, c), n * h * c * value_bytes), ("K", (n_src, h, c), n_src * h * c * value_bytes), ("V", (n_src, h, c), n_src * h * c * value_bytes)]
     if scheme in ("row_stats", "edge_weights"):
         out.append(("out", (n, h, c), n * h * c * value_bytes))
+        if edge_dim:
+            out.append(("Ae", (n, h, edge_dim), n * h * edge_dim * value_bytes))
     if scheme == "row_stats":
         out.append(("lse", (n, h), n * h * value_bytes))
     if scheme == "edge_weights":
@@ -83,20 +88,22 @@ def transformer_saved_tensors(scheme: str, n: int, q: int, h: int, c: int, *, n_
     return out
 
 
-def transformer_bytes_saved(scheme: str, n: int, q: int, h: int, c: int, m: int, *, n_src: int | None = None, value_bytes: int = 4, include_input: bool = False) -> int:
+def transformer_bytes_saved(scheme: str, n: int, q: int, h: int, c: int, m: int, *, n_src: int | None = None, edge_dim: int = 0, value_bytes: int = 4, include_input: bool = False) -> int:
     """Bytes ``scheme`` keeps for the backward pass: ``0`` / ``12nhc`` / ``16nhc + 4nh``
     / ``16nhc + 4qh`` for float32 (none / features / row_stats / edge_weights, one
-    node set), plus the input ``x (n, m)`` with ``include_input``.
+    node set; with ``edge_dim`` f the last two add ``4nhf``), plus the input ``x (n, m)``
+    with ``include_input``.
 
     Raises:
         ValueError: unknown scheme or negative sizes.
     """
-    extra = sum(b for _, _, b in transformer_saved_tensors(scheme, n, q, h, c, n_src=n_src, value_bytes=value_bytes))
+    extra = sum(b for _, _, b in transformer_saved_tensors(scheme, n, q, h, c, n_src=n_src, edge_dim=edge_dim, value_bytes=value_bytes))
     return extra + (n * m * value_bytes if include_input else 0)
 
 
-def scheme_cost(scheme: str, n: int, q: int, h: int, c: int, m: int, mm: MachineModel = MachineModel()) -> GATCacheCost:
-    """Memory and recomputation cost of ``scheme`` (see the module table)."""
+def scheme_cost(scheme: str, n: int, q: int, h: int, c: int, m: int, mm: MachineModel = MachineModel(), edge_dim: int = 0) -> GATCacheCost:
+    """Memory and recomputation cost of ``scheme`` (see the module table; ``edge_dim``
+    adds each edge's ``f`` features to the walks that recompute the scores)."""
     scheme = parse_transformer_cache(scheme)
     vb, ib = mm.value_bytes, mm.index_bytes
     hc = h * c
@@ -105,14 +112,14 @@ def scheme_cost(scheme: str, n: int, q: int, h: int, c: int, m: int, mm: Machine
         flops += 3 * 2 * n * m * hc
         nbytes += 3 * (n * m + m * hc + n * hc) * vb
     if scheme in ("none", "features"):  # the forward kernel again: scores, softmax, SpMM
-        flops += q * h * (4 * c + _EXP_FLOPS)
-        nbytes += q * (ib + 2 * hc * vb) + 2 * n * hc * vb
+        flops += q * h * (4 * (c + edge_dim) + _EXP_FLOPS)
+        nbytes += q * (ib + 2 * hc * vb + edge_dim * vb) + 2 * n * hc * vb
     elif scheme == "row_stats":  # alpha_e = exp(<Q_i, K_j> scale - lse_i): one more dot per edge
-        flops += q * h * (2 * c + _EXP_FLOPS)
+        flops += q * h * (2 * (c + edge_dim) + _EXP_FLOPS)
         nbytes += q * hc * vb + n * h * vb
     else:
         nbytes += q * h * vb  # read the cached alpha
-    extra = transformer_bytes_saved(scheme, n, q, h, c, m, value_bytes=vb)
+    extra = transformer_bytes_saved(scheme, n, q, h, c, m, edge_dim=edge_dim, value_bytes=vb)
     time_s = flops / mm.flop_rate + nbytes / mm.bandwidth
     return GATCacheCost(scheme, extra, extra + n * m * vb, flops, nbytes, time_s)
 
@@ -139,6 +146,7 @@ def plan_transformer(
     training: bool = True,
     value_bytes: int = 4,
     machine: MachineModel | None = None,
+    edge_dim: int = 0,
 ) -> TransformerPlan:
     """Choose the caching scheme of one ``TransformerConv`` call.
 
@@ -149,6 +157,7 @@ def plan_transformer(
             beyond ``x`` and the parameters; ``None`` = unlimited ("edge_weights").
         training: False when no backward pass runs (nothing is cached: "none").
         value_bytes: 4 (float32) or 8 (float64).
+        edge_dim: edge features per edge (0: none).
 
     Returns:
         :class:`TransformerPlan`.
@@ -156,11 +165,11 @@ def plan_transformer(
     Raises:
         ValueError: negative sizes or budget, unknown scheme.
     """
-    _check_sizes(n=n, q=q, h=h, c=c, m=m)
+    _check_sizes(n=n, q=q, h=h, c=c, m=m, edge_dim=edge_dim)
     if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 0):
         raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
     mm = machine or MachineModel(value_bytes=value_bytes)
-    costs = tuple(scheme_cost(s, n, q, h, c, m, mm) for s in TRANSFORMER_CACHE_SCHEMES)
+    costs = tuple(scheme_cost(s, n, q, h, c, m, mm, edge_dim) for s in TRANSFORMER_CACHE_SCHEMES)
     args = (n, q, h, c, m)
     if cache != "auto":
         return TransformerPlan(parse_transformer_cache(cache), costs, "forced by the caller", *args, training=training, forced=True, memory_budget=memory_budget)

@@ -208,7 +208,7 @@ class TransformerConv(CorgnnConv):
         features (:func:`corgnn.cost.transformer.plan_transformer`)."""
         return plan_transformer(
             n, q, self.heads, self.out_channels, m, cache=self.cache, memory_budget=self.memory_budget,
-            training=training, value_bytes=dtype_bytes,
+            training=training, value_bytes=dtype_bytes, edge_dim=self.edge_dim or 0,
         )
 
     def forward(self, x, edge_index, edge_attr=None, return_attention_weights=None):
