@@ -88,8 +88,10 @@ class TransformerConv(CorgnnConv):
     Raises (from ``forward``, before any work):
         TypeError / ValueError naming the argument: bad ``edge_index`` (float dtype,
         wrong shape, negative or out-of-range ids), ``x`` rows or columns not
-        matching, NaN/Inf in ``x``, a dtype or device mismatch, ``edge_attr`` given
-        (no edge features), ``x_dst`` None in a pair.
+        matching, NaN/Inf in ``x`` or ``edge_attr``, a dtype or device mismatch,
+        ``edge_attr`` given without ``edge_dim``, missing or misshapen with it,
+        ``x_dst`` None in a pair; :class:`UnsupportedOption` for ``edge_attr`` or
+        ``return_attention_weights`` with a sparse adjacency.
     """
 
     PYG_NAME = "TransformerConv"
