@@ -205,7 +205,7 @@ def test_gradcheck(cache, p):
     x = torch.randn(6, m, dtype=F64, requires_grad=True)
     params = [torch.randn(s, dtype=F64, requires_grad=True) for s in [(H * C, m), (H * C,)] * 3]
     drop = DropoutSpec(p, seed=7)  # fixed seed: the same mask on every call
-    for concat in (True, False):
+    for concat in (True,) if FORCED_TRITON_INTERPRETER else (True, False):  # (the head mean is outside the kernels)
         f = lambda *t: transformer_conv(t[0], None, *t[1:], A, H, concat=concat, dropout=drop, training=True, cache=cache)  # noqa: E731
         assert torch.autograd.gradcheck(f, (x, *params), fast_mode=FAST_GRADCHECK)
     # bipartite: queries from x_dst (4 targets of the 6 sources), no biases

@@ -246,7 +246,7 @@ class TransformerConv(CorgnnConv):
         H, C = self.heads, self.out_channels
         xs = None
         if isinstance(x, (tuple, list)):
-            x_src, x_dst, A, ei, perm = self._bipartite_inputs(x, edge_index, want_alpha)
+            x_src, x_dst, A, ei, perm = self._bipartite_inputs(x, edge_index)
             x_root = x_dst
             if use_edge:
                 q_edges = ei.size(1)
@@ -316,7 +316,7 @@ class TransformerConv(CorgnnConv):
         check_finite("edge_attr", edge_attr)
         return edge_attr
 
-    def _bipartite_inputs(self, x, edge_index, want_alpha: bool):
+    def _bipartite_inputs(self, x, edge_index):
         """``(x_src, x_dst, A (n_dst, n_src) CSR, edge_index, perm)`` of a bipartite
         call, validated (``perm``: the CSR position of each edge's entry)."""
         if len(x) != 2:
