@@ -165,7 +165,7 @@ def test_every_pyg_layer_optimize_converts_is_registered_by_its_corgnn_class():
     from corgnn.nn.base import CorgnnConv
 
     table = CorgnnConv.conversions()
-    assert set(table) == {"GCNConv", "GATConv", "SAGEConv", "GraphConv", "GINConv", "SGConv", "APPNP", "GATv2Conv"}
+    assert set(table) == {"GCNConv", "GATConv", "SAGEConv", "GraphConv", "GINConv", "SGConv", "APPNP", "GATv2Conv", "TransformerConv"}
     for name, cls in table.items():
         assert issubclass(cls, CorgnnConv) and cls.PYG_NAME == name and hasattr(pyg, name)
         assert cls.__module__.startswith("corgnn.nn.")

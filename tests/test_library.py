@@ -143,6 +143,15 @@ def _op_samples():
             (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(m, H, f), r(n, H, f), r(H, f), None, r(n, H), 0.2, 0.3, seed),
             (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(m, H, f), r(n, H, f), r(H, f), r(csr.nnz, H).softmax(0), None, 0.2, 0.0, seed),
         ],
+        "transformer_attention": [
+            (ptr, idx, None, r(n, H, f), r(m, H, f), r(m, H, f), None, None, 0.5, 0.0, seed, True),
+            (tptr, tidx, tperm, r(m, H, f), r(n, H, f), r(n, H, f), r(m, H, 2), r(csr.nnz, 2), 0.5, 0.3, seed, False),
+        ],
+        "transformer_attention_backward": [
+            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), r(n, H), None, None, None, None, r(n, H), 0.5, 0.3, seed),
+            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), r(n, H), r(n, H, 2), r(n, H, 2), r(csr.nnz, 2),
+             r(csr.nnz, H), None, 0.5, 0.0, seed),
+        ],
     }
 
 

@@ -158,7 +158,8 @@ def explain_model(model: str, dataset: str, root=None, hidden: int | None = None
     net = build_model(model, x.size(1), int(data.y.max()) + 1, hidden=hidden)
     net(x, Graph(data.edge_index, num_nodes=data.num_nodes))
     tables = [
-        (f"{name} ({type(m).__name__}, its aggregation + Linear as a GCN product):\n" if hasattr(m.last_plan, "scheme") else "") + m.last_plan.table()
+        (f"{name} ({type(m).__name__}, its aggregation + Linear as a GCN product):\n" if hasattr(m.last_plan, "scheme") and not isinstance(m.last_plan.scheme, str)
+         else f"{name} ({type(m).__name__}, caching scheme):\n" if isinstance(getattr(m.last_plan, "scheme", None), str) else "") + m.last_plan.table()
         for name, m in net.named_modules() if getattr(m, "last_plan", None) is not None
     ]
     return f"{data.name}: {model} model of corgnn train, one training call\n\n" + "\n\n".join(tables)

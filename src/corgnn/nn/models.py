@@ -24,6 +24,7 @@ from .gcn import GCN
 from .gin import GINConv
 from .propagate import APPNP, SGConv
 from .gatv2 import GATv2
+from .transformer import Transformer
 
 __all__ = ["SAGE", "GIN", "SGC", "APPNPNet", "ModelSpec", "MODELS", "build_model"]
 
@@ -164,6 +165,10 @@ def _gatv2(i, h, o, *, dropout, scheme, format, heads, **options):
     return GATv2(i, h, o, heads=heads, dropout=dropout, format=format, cache=scheme, **options)
 
 
+def _transformer(i, h, o, *, dropout, scheme, format, heads, **options):
+    return Transformer(i, h, o, heads=heads, dropout=dropout, format=format, cache=scheme, **options)
+
+
 MODELS: dict[str, ModelSpec] = {
     # GCN: Kipf & Welling 2017; GAT: Velickovic et al. 2018 (8 heads x 8 hidden, dropout 0.6 on inputs and attention)
     "gcn": ModelSpec(_gcn, 16, 0.5, 0.01, 5e-4, 200, distributed=True, description="2-layer GCN (Kipf & Welling)"),
@@ -175,6 +180,8 @@ MODELS: dict[str, ModelSpec] = {
     "appnp": ModelSpec(_appnp, 64, 0.5, 0.01, 5e-4, 200, description="APPNP, K=10, alpha=0.1"),
     # issue 25: GATv2 (Brody et al. 2022) with GAT's recipe (8 heads x 8 hidden, dropout 0.6)
     "gatv2": ModelSpec(_gatv2, 8, 0.6, 0.005, 5e-4, 200, description="2-layer GATv2, 8 heads (Brody et al.)"),
+    # issue 25: TransformerConv (Shi et al. 2021, UniMP) on GAT's recipe, 8 heads x 8 hidden
+    "transformer": ModelSpec(_transformer, 8, 0.6, 0.005, 5e-4, 200, description="2-layer graph transformer (TransformerConv), 8 heads"),
 }
 """The models of ``corgnn train --model``: name -> :class:`ModelSpec`."""
 

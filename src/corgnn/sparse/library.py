@@ -37,6 +37,11 @@ op                          computes (``B``/``C``/``M`` 2-D ``(rows, f)`` or sem
 ``gatv2_attention_backward``  its backward (every caching scheme of :mod:`corgnn.cost.gatv2`)
 ==========================  ==============================================================
 
+``transformer_attention`` is the fused dot-product attention of ``TransformerConv``
+(scores ``<Q_i, K_j> * scale``, online row softmax, dropout, SpMM with ``V``) and
+``transformer_attention_backward`` its backward ``(dQ, dK, dV)``
+(:mod:`corgnn.sparse.attention_dot`).
+
 Paper: appendix "Common Sparse Operators" (Listings 1-2), "GAT Forward Pass",
 "GAT Backward Pass"; §"Multi-head GAT" (semi-batched layout).
 """
@@ -68,6 +73,8 @@ __all__ = [
     "gat_head_weighted_sums",
     "gatv2_attention",
     "gatv2_attention_backward",
+    "transformer_attention",
+    "transformer_attention_backward",
     "OPS",
 ]
 
@@ -150,4 +157,6 @@ gat_attention_backward = _register(KERNEL_OPS["gat_attention_backward"])
 gat_head_weighted_sums = _register(KERNEL_OPS["gat_head_weighted_sums"])
 gatv2_attention = _register(KERNEL_OPS["gatv2_attention"])
 gatv2_attention_backward = _register(KERNEL_OPS["gatv2_attention_backward"])
+transformer_attention = _register(KERNEL_OPS["transformer_attention"])
+transformer_attention_backward = _register(KERNEL_OPS["transformer_attention_backward"])
 assert set(OPS) == set(KERNEL_OPS), "every declared kernel op has a caller here"

@@ -18,7 +18,7 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(p) -> None:
     """The ``corgnn train`` options on argparse parser ``p``."""
     p.add_argument("--dataset", default="Cora", help="Cora (default) or CiteSeer")
-    p.add_argument("--model", default="gcn", choices=sorted(MODELS), help="gcn (default), gat, sage, gin, sgc or appnp")
+    p.add_argument("--model", default="gcn", choices=sorted(MODELS), help="gcn (default), gat, sage, gin, sgc, appnp or transformer")
     p.add_argument("--root", default=None, help="data root holding <Name>/raw/ (default: $CORGNN_DATA, then ../shared/datasets, ...)")
     p.add_argument("--hidden", type=int, default=None, help="hidden channels (GCN 16, GAT 8 per head)")
     p.add_argument("--heads", type=int, default=8, help="GAT attention heads in the first layer (default 8)")

@@ -247,6 +247,48 @@ def gatv2_attention_backward(
 @_fake_of(gatv2_attention_backward)
 def _(ptr, idx, perm, tptr, tidx, tperm, G, XL, XR, att, alpha, lse, negative_slope, p, seed):
     return torch.empty_like(XL), torch.empty_like(XR), XL.new_empty(XL.shape[1:])
+# ---------------------------------------------------------- dot-product attention
+
+
+@_op(3, semi_batched=True)
+def transformer_attention(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, Q: Tensor, K: Tensor, V: Tensor, Qe: Tensor | None, attr: Tensor | None,
+    scale: float, p: float, seed: Tensor, want_alpha: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Fused scaled dot-product attention over a row plan (TransformerConv's forward):
+    ``out (n_dst, H, C)``, ``lse (n_dst, H)`` (the row's log-sum-exp of the scores, 0
+    for an empty row), ``alpha (q, H)`` before dropout (``(0, H)`` unless ``want_alpha``)
+    and, with edge features ``attr (q, F)`` (entry order) and ``Qe (n_dst, H, F)`` (the
+    queries projected on them, adding ``<Qe_i, attr_e>`` to each score),
+    ``Ae (n_dst, H, F) = sum_e drop(alpha_e) attr_e`` (else ``(0, H, 0)``)."""
+
+
+@_fake_of(transformer_attention)
+def _(ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, want_alpha):
+    n, H = ptr.shape[0] - 1, Q.shape[1]
+    Ae = Q.new_empty((0, H, 0) if attr is None else (n, H, attr.shape[1]))
+    return V.new_empty((n, H, V.shape[2])), Q.new_empty((n, H)), Q.new_empty((idx.shape[0] if want_alpha else 0, H)), Ae
+
+
+@_op(7, semi_batched=True)
+def transformer_attention_backward(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
+    G: Tensor, Q: Tensor, K: Tensor, V: Tensor, D: Tensor, Qe: Tensor | None, Ge: Tensor | None, attr: Tensor | None,
+    alpha: Tensor | None, lse: Tensor | None, scale: float, p: float, seed: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Backward of ``transformer_attention``: ``(dQ, dK, dV, dQe, dattr)`` from
+    ``G = dL/dout`` and ``D = <G, out>`` per row and head, the attention read from
+    ``alpha`` or recomputed from ``lse``; with edge features (``Ge (n_dst, H, F)``, ``G``
+    projected on them) ``dQe = sum_e de_e attr_e (n_dst, H, F)`` and
+    ``dattr_e = sum_h (scale de_e Qe_i + drop(alpha_e) Ge_i) (q, F)`` (else empty)."""
+
+
+@_fake_of(transformer_attention_backward)
+def _(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, p, seed):
+    H = Q.shape[1]
+    dQe = Q.new_empty((0, H, 0) if attr is None else (Q.shape[0], H, attr.shape[1]))
+    dattr = Q.new_empty((0, 0) if attr is None else tuple(attr.shape))
+    return torch.empty_like(Q), torch.empty_like(K), torch.empty_like(V), dQe, dattr
 
 
 OP_NAMES: tuple[str, ...] = tuple(KERNEL_OPS)

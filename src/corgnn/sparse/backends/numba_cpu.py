@@ -20,6 +20,7 @@ from ..rng import dropout_kernel_args
 from .base import Backend, Case
 from . import numba_gat_kernels as gk
 from . import numba_gatv2_kernels as g2k
+from . import numba_transformer_kernels as tk
 from . import numba_kernels as k
 from . import numba_threads
 
@@ -97,6 +98,14 @@ def _make_chunks(ptr: np.ndarray, threads: int) -> np.ndarray:
 def _walk(ptr, idx, perm):
     p = _np(ptr)
     return p, _np(idx), _perm(perm), _row_chunks(ptr, p)
+
+
+def _edge_arrays(Qe, attr, H: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``(Qe (n, H, F), attr (q, F))`` arrays of the attention kernels' edge features,
+    or empty ones (no edge features)."""
+    if attr is None:
+        return np.empty((0, H, 0), dtype=_np_dtype(dtype)), np.empty((0, 0), dtype=_np_dtype(dtype))
+    return _np(Qe), _np(attr)
 
 
 def _seed(p: float, seed: torch.Tensor, dtype) -> tuple:
@@ -314,3 +323,44 @@ class NumbaBackend(Backend):
             sl, thresh, scale, lo, hi, dXL.numpy(),
         )
         return dXL, dXR, datt.sum(0)
+    # dot-product attention (TransformerConv) ----------------------------------
+    def transformer_attention(self, ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, want_alpha):
+        n, H = ptr.numel() - 1, Q.shape[1]
+        dt = Q.dtype
+        out = torch.empty(n, H, V.shape[2], dtype=dt)
+        lse = torch.empty(n, H, dtype=dt)
+        alpha = torch.empty(idx.numel() if want_alpha else 0, H, dtype=dt)
+        Ae = torch.empty((0, H, 0) if attr is None else (n, H, attr.shape[1]), dtype=dt)
+        Qe_n, attr_n = _edge_arrays(Qe, attr, H, dt)
+        thresh, dscale, lo, hi = _seed(p, seed, dt)
+        tk.dot_attention_forward_rows(
+            *_walk(ptr, idx, perm), _np(Q), _np(K), _np(V), Qe_n, attr_n, _scalar(scale, dt), thresh, dscale, lo, hi,
+            lse.numpy(), alpha.numpy(), out.numpy(), Ae.numpy(),
+        )
+        return out, lse, alpha, Ae
+
+    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, p, seed):
+        H = Q.shape[1]
+        q, dt = idx.numel(), Q.dtype
+        thresh, dscale, lo, hi = _seed(p, seed, dt)
+        none = np.empty((0, H), dtype=_np_dtype(dt))
+        cached = alpha is not None
+        de = torch.empty(q, H, dtype=dt)
+        # the dropped attention is written out unless the cached alpha can be read as is
+        alpha_d = torch.empty(q if (p > 0 or not cached) else 0, H, dtype=dt)
+        dQ = torch.empty(Q.shape, dtype=dt)
+        dQe = torch.empty((0, H, 0) if attr is None else (Q.shape[0], H, attr.shape[1]), dtype=dt)
+        dattr = torch.empty((0, 0) if attr is None else tuple(attr.shape), dtype=dt)
+        Qe_n, attr_n = _edge_arrays(Qe, attr, H, dt)
+        Ge_n, _ = _edge_arrays(Ge, attr, H, dt)
+        Gn, Qn, sc = _np(G), _np(Q), _scalar(scale, dt)
+        tk.dot_attention_backward_rows(
+            *_walk(ptr, idx, perm), Gn, Qn, _np(K), _np(V), _np(D), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
+            none if lse is None else _np(lse), sc, thresh, dscale, lo, hi, de.numpy(), alpha_d.numpy(), dQ.numpy(),
+            dQe.numpy(), dattr.numpy(),
+        )
+        dK = torch.empty(K.shape, dtype=dt)
+        dV = torch.empty(V.shape, dtype=dt)
+        ad = alpha_d.numpy() if alpha_d.size(0) else _np(alpha)
+        tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), Gn, Qn, ad, de.numpy(), sc, dK.numpy(), dV.numpy())
+        return dQ, dK, dV, dQe, dattr

@@ -74,6 +74,16 @@ def _segment_softmax(w: torch.Tensor, row: torch.Tensor, n: int) -> torch.Tensor
     return ex / den.index_select(0, row)
 
 
+def _row_logsumexp(score: torch.Tensor, row: torch.Tensor, n: int) -> torch.Tensor:
+    """``log sum_row exp(score)`` per row and head ``(n, H)``; 0 for an empty row."""
+    H = score.size(1)
+    mx = torch.full((n, H), float("-inf"), dtype=score.dtype, device=score.device)
+    mx = mx.scatter_reduce(0, row.unsqueeze(1).expand_as(score), score, "amax")
+    mx = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
+    tot = torch.zeros(n, H, dtype=score.dtype, device=score.device).index_add_(0, row, (score - mx.index_select(0, row)).exp())
+    return torch.where(tot > 0, mx + tot.log(), torch.zeros_like(mx))
+
+
 class TorchBackend(Backend):
     """Reference implementation of every op in torch ops."""
 
@@ -222,3 +232,59 @@ class TorchBackend(Backend):
         dXL = torch.zeros_like(XL).index_add_(0, src, g) + _spmm(src, dst, ad, G, XL.size(0))
         datt = (de.unsqueeze(-1) * f).sum(0)
         return dXL.to(dt), dXR.to(dt), datt.to(dt)
+    # dot-product attention (TransformerConv) ----------------------------------
+    def transformer_attention(self, ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, want_alpha):
+        dt = Q.dtype
+        Q, K, V, Qe, attr = _f32(Q, K, V, Qe, attr)
+        n, H = ptr.numel() - 1, Q.shape[1]
+        dst, src = _endpoints(ptr, idx, perm)
+        q = dst.numel()
+        score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1)  # SDDMM (q, H)
+        if attr is not None:
+            score = score + (Qe.index_select(0, dst) * attr[:q].unsqueeze(1)).sum(-1)
+        score = score * scale
+        alpha = _segment_softmax(score, dst, n)
+        lse = _row_logsumexp(score, dst, n)
+        ad = alpha
+        if p > 0:
+            ad = alpha * dropout_keep_mask(q, H, p, seed, Q.device).to(alpha.dtype) * (1.0 / (1.0 - p))
+        out = _spmm(dst, src, ad, V, n)
+        if attr is not None:
+            Ae = torch.zeros(n, H, attr.shape[1], dtype=Q.dtype, device=Q.device).index_add_(0, dst, ad.unsqueeze(-1) * attr[:q].unsqueeze(1))
+        else:
+            Ae = Q.new_empty(0, H, 0)
+        alpha = _pad_entries(alpha, idx.numel()) if want_alpha else alpha.new_empty(0, H)
+        return out.to(dt), lse.to(dt), alpha.to(dt), Ae.to(dt)
+
+    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, p, seed):
+        dt = Q.dtype
+        G, Q, K, V, D, Qe, Ge, attr, alpha, lse = _f32(G, Q, K, V, D, Qe, Ge, attr, alpha, lse)
+        n, H = Q.shape[:2]
+        dst, src = _endpoints(ptr, idx, perm)
+        q = dst.numel()
+        if alpha is not None:
+            alpha = alpha[:q]
+        else:
+            score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1)
+            if attr is not None:
+                score = score + (Qe.index_select(0, dst) * attr[:q].unsqueeze(1)).sum(-1)
+            alpha = (score * scale - lse.index_select(0, dst)).exp()
+        dalpha = (G.index_select(0, dst) * V.index_select(0, src)).sum(-1)  # SDDMM
+        if attr is not None:
+            dalpha = dalpha + (Ge.index_select(0, dst) * attr[:q].unsqueeze(1)).sum(-1)
+        ad = alpha
+        if p > 0:
+            keep = dropout_keep_mask(q, H, p, seed, Q.device).to(alpha.dtype) * (1.0 / (1.0 - p))
+            dalpha = dalpha * keep
+            ad = alpha * keep
+        de = alpha * (dalpha - D.index_select(0, dst))
+        dQ = _spmm(dst, src, de * scale, K, n)
+        dK = _spmm(src, dst, de * scale, Q, K.shape[0])  # transposed products
+        dV = _spmm(src, dst, ad, G, V.shape[0])
+        if attr is not None:
+            dQe = torch.zeros(n, H, attr.shape[1], dtype=Q.dtype, device=Q.device).index_add_(0, dst, de.unsqueeze(-1) * attr[:q].unsqueeze(1))
+            dattr = ((de * scale).unsqueeze(-1) * Qe.index_select(0, dst) + ad.unsqueeze(-1) * Ge.index_select(0, dst)).sum(1)
+            dattr = _pad_entries(dattr, attr.shape[0])
+        else:
+            dQe, dattr = Q.new_empty(0, H, 0), Q.new_empty(0, 0)
+        return dQ.to(dt), dK.to(dt), dV.to(dt), dQe.to(dt), dattr.to(dt)

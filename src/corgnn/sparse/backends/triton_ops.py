@@ -35,6 +35,7 @@ from ..rng import dropout_kernel_args
 from .base import KERNEL_OPS
 from . import triton_gatv2_kernels as K2
 from . import triton_kernels as K
+from . import triton_transformer_kernels as TK
 from .torch_ref import TorchBackend
 
 __all__ = ["LAUNCHERS", "TRACEABLE", "interpreted"]
@@ -309,3 +310,84 @@ def gatv2_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, XL, XR, att, 
 # dense reductions: torch ops on every device (cuBLAS on GPU), no Triton kernel
 LAUNCHERS["gat_node_scores"] = TorchBackend().gat_node_scores
 LAUNCHERS["gat_head_weighted_sums"] = TorchBackend().gat_head_weighted_sums
+
+
+# ---------------------------------------------------------- dot-product attention
+
+
+def _dot_consts(scale: float, p: float, seed: Tensor, device) -> tuple[Tensor, Tensor, int]:
+    """The float64 ``[scale, dropout scale]`` tensor, the int64 ``[seed_lo, seed_hi]``
+    tensor (device ops, no host sync) and the dropout threshold the attention kernels read."""
+    thresh, dscale, _, _ = dropout_kernel_args(p, torch.zeros(1, dtype=torch.long))
+    halves = torch.cat([seed.reshape(1) & 0xFFFFFFFF, (seed.reshape(1) >> 32) & 0xFFFFFFFF]).to(device)
+    return torch.tensor([scale, dscale], dtype=torch.float64, device=device), halves, thresh
+
+
+def _edge_args(Qe, attr, ref: Tensor) -> tuple[Tensor, Tensor, int]:
+    """``(Qe, attr, F)`` as the attention kernels take them (``ref`` stands in for
+    absent edge features, never read)."""
+    if attr is None:
+        return ref, ref, 0
+    return Qe.contiguous(), attr.contiguous(), attr.shape[1]
+
+
+@_register("transformer_attention")
+def transformer_attention(ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, want_alpha):
+    n, H, C = ptr.shape[0] - 1, Q.shape[1], Q.shape[2]
+    out = torch.empty(n, H, V.shape[2], dtype=Q.dtype, device=Q.device)
+    lse = torch.zeros(n, H, dtype=Q.dtype, device=Q.device)
+    alpha = torch.zeros(idx.shape[0] if want_alpha else 0, H, dtype=Q.dtype, device=Q.device)  # padding entries stay 0
+    Ae = torch.zeros((0, H, 0) if attr is None else (n, H, attr.shape[1]), dtype=Q.dtype, device=Q.device)
+    if out.numel() == 0:
+        return out, lse, alpha, Ae
+    consts, halves, thresh = _dot_consts(scale, p, seed, Q.device)
+    Qe_, attr_, F = _edge_args(Qe, attr, lse)
+    wrap_triton(TK.dot_attention_forward_kernel)[(n, H)](
+        ptr, idx, idx if perm is None else perm, Q.contiguous(), K.contiguous(), V.contiguous(), Qe_, attr_, lse,
+        alpha if want_alpha else lse, out, Ae if attr is not None else lse, H, C, F, consts, halves, thresh,
+        HAS_PERM=perm is not None, WANT_ALPHA=want_alpha, DROP=p > 0, HAS_EDGE=attr is not None, ACC64=_acc64(Q),
+        BLOCK_E=BLOCK_E, BLOCK_C=_pow2(C, 1 << 16), BLOCK_F=_pow2(F, 1 << 16),
+    )
+    return out, lse, alpha, Ae
+
+
+@_register("transformer_attention_backward")
+def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, p, seed):
+    n, H, C = Q.shape
+    q = idx.shape[0]
+    cached = alpha is not None
+    write_ad = p > 0 or not cached
+    de = torch.zeros(q, H, dtype=Q.dtype, device=Q.device)
+    alpha_d = torch.zeros(q if write_ad else 0, H, dtype=Q.dtype, device=Q.device)
+    dQ = torch.zeros_like(Q, memory_format=torch.contiguous_format)
+    dK = torch.zeros_like(K, memory_format=torch.contiguous_format)
+    dV = torch.zeros_like(V, memory_format=torch.contiguous_format)
+    dQe = torch.zeros((0, H, 0) if attr is None else (n, H, attr.shape[1]), dtype=Q.dtype, device=Q.device)
+    dattr = torch.zeros((0, 0) if attr is None else tuple(attr.shape), dtype=Q.dtype, device=Q.device)
+    if Q.numel() == 0 and K.numel() == 0:
+        return dQ, dK, dV, dQe, dattr
+    consts, halves, thresh = _dot_consts(scale, p, seed, Q.device)
+    G, Q, K, V = G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous()
+    Qe_, attr_, F = _edge_args(Qe, attr, de)
+    Ge_ = Ge.contiguous() if attr is not None else de
+    BC, BF = _pow2(C, 1 << 16), _pow2(F, 1 << 16)
+    any_ = alpha_d if write_ad else alpha
+    has_edge = attr is not None
+    if n:
+        wrap_triton(TK.dot_attention_backward_rows_kernel)[(n, H)](
+            ptr, idx, idx if perm is None else perm, G, Q, K, V, D.contiguous(), Qe_, Ge_, attr_, alpha if cached else any_,
+            lse if lse is not None else any_, de, any_, dQ, dQe if has_edge else de, H, C, F, consts, halves, thresh,
+            HAS_PERM=perm is not None, CACHED=cached, DROP=p > 0, WRITE_AD=write_ad, HAS_EDGE=has_edge, ACC64=_acc64(Q),
+            BLOCK_E=BLOCK_E, BLOCK_C=BC, BLOCK_F=BF,
+        )
+        if has_edge and q:
+            wrap_triton(TK.dot_attention_edge_grad_kernel)[(n,)](
+                ptr, idx if perm is None else perm, Qe_, Ge_, de, any_, dattr, H, F, consts,
+                HAS_PERM=perm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_F=BF,
+            )
+    if K.shape[0]:
+        wrap_triton(TK.dot_attention_backward_cols_kernel)[(K.shape[0], H)](
+            tptr, tidx, tidx if tperm is None else tperm, G, Q, any_, de, dK, dV, H, C, consts,
+            HAS_PERM=tperm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=BC,
+        )
+    return dQ, dK, dV, dQe, dattr

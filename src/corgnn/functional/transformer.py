@@ -1,0 +1,276 @@
+"""Graph dot-product attention (PyG's ``TransformerConv``; Shi et al. 2021, UniMP) as an
+autograd Function with an explicit backward and caching schemes.
+
+Forward, with PyG's ``lin_query``/``lin_key``/``lin_value`` weights ``(h*c, m)`` and
+biases ``(h*c,)`` (``x_dst = x_src`` for one node set):
+
+* ``Q = x_dst W_q^T + b_q``, ``K = x_src W_k^T + b_k``, ``V = x_src W_v^T + b_v``,
+  each viewed ``(n, h, c)``
+* ``s_e = <Q_i, K_j> / sqrt(c)`` per head for edge ``e = j -> i``;
+  ``alpha = softmax`` over each destination's incoming edges ``(q, h)``; attention
+  dropout in training
+* ``out_i = sum_e alpha_e V_j`` ``(n, h, c)``, concatenated to ``(n, h*c)`` or
+  averaged over heads to ``(n, c)``.
+
+All of the attention runs in one fused row walk (:func:`~corgnn.sparse.attention_dot.dot_attention_forward`,
+online softmax), never storing PyG's per-edge ``(q, h, c)`` messages.
+
+Backward (derived as the paper's appendix "GAT Backward Pass" does for GAT), with
+``G = dL/dout`` as ``(n, h, c)`` (for the head mean ``G / h`` per head) and ``drop_e``
+the dropout factor (0 or ``1/(1-p)``; 1 without dropout):
+
+* ``dalpha_e = drop_e <G_i, V_j>``                                  (SDDMM)
+* ``de_e = alpha_e (dalpha_e - sum_{e' in row i} alpha_e' dalpha_e')``  (softmax backward)
+  where the row sum equals ``D_i = <G_i, out_i>`` (since ``out_i = sum_e drop_e alpha_e V_j``),
+  a dense per-node product: no second pass over the row when ``out`` is kept
+* ``dQ_i = sum_{e in row i} de_e K_j / sqrt(c)``                   (row walk)
+* ``dK_j = sum_{e in column j} de_e Q_i / sqrt(c)``                (transposed walk)
+* ``dV_j = sum_{e in column j} drop_e alpha_e G_i``                (transposed walk, ``A_alpha^T G``)
+* ``dW_q = dQ^T x_dst``, ``db_q = dQ^T 1``, likewise ``K``, ``V`` from ``x_src``;
+  ``dx_src = dK W_k + dV W_v (+ dQ W_q for one node set)``, ``dx_dst = dQ W_q`` (GEMMs).
+
+No autograd inside: each step is a kernel of :mod:`corgnn.sparse.attention_dot` or a GEMM.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..cost.transformer import parse_transformer_cache
+from ..sparse.attention_dot import dot_attention_backward, dot_attention_forward
+from ..sparse.formats import SparseFormat
+from ..sparse.ops import edge_softmax, sddmm, spmm
+from ..sparse.rng import DropoutSpec
+
+__all__ = ["TransformerFunction", "transformer_conv", "dot_attention", "project_heads"]
+
+
+def project_heads(x: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | None, heads: int, xs: SparseFormat | None = None) -> torch.Tensor:
+    """``x weight^T + bias`` viewed ``(n, heads, c)`` (PyG's ``Linear`` then ``view(-1, H, C)``);
+    an SpMM over the non-zeros of the sparse features ``xs`` when given (``x`` unread)."""
+    if xs is not None:
+        P = spmm(xs, weight.t(), bias=bias)
+    elif bias is not None:
+        P = torch.addmm(bias, x, weight.t())
+    else:
+        P = torch.mm(x, weight.t())
+    return P.unflatten(1, (heads, -1))  # (not view(n, heads, -1): ambiguous when n = 0)
+
+
+def _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs):
+    Q = project_heads(x_src if x_dst is None else x_dst, wq, bq, heads, xs if x_dst is None else None)
+    return Q, project_heads(x_src, wk, bk, heads, xs), project_heads(x_src, wv, bv, heads, xs)
+
+
+def _combine(out3: torch.Tensor, concat: bool) -> torch.Tensor:
+    return out3.flatten(1) if concat else out3.mean(1)
+
+
+def _edge_weight(we: torch.Tensor | None, heads: int) -> torch.Tensor | None:
+    """PyG's ``lin_edge.weight (h*c, f)`` as ``(h, c, f)``: head ``h``'s ``W_e``."""
+    return None if we is None else we.unflatten(0, (heads, -1))
+
+
+def _attend(A, Q, K, V, We3, attr, scale, drop, want_alpha=False):
+    """The fused forward with optional edge features: ``(out (n, h, c) with W_e Ae added,
+    lse, alpha or None, Ae or None)``.
+
+    NOTE: PyG adds ``E_e = W_e attr_e`` (q, h, c) to every key and value; here
+    ``<Q_i, K_j + E_e> = <Q_i, K_j> + <W_e^T Q_i, attr_e>`` (``Qe = W_e^T Q``, (n, h, f)) and
+    ``sum_e alpha_e (V_j + E_e) = sum_e alpha_e V_j + W_e sum_e alpha_e attr_e``, so the
+    kernels read ``attr (q, f)`` and never build the ``(q, h, c)`` edge messages.
+    """
+    Qe = None if We3 is None else torch.einsum("nhc,hcf->nhf", Q, We3)
+    out3, lse, alpha, Ae = dot_attention_forward(A, Q, K, V, scale, drop, want_alpha=want_alpha, Qe=Qe, attr=attr)
+    if Ae is not None:
+        out3 = out3 + torch.einsum("nhf,hcf->nhc", Ae, We3)
+    return out3, lse, alpha, Ae
+
+
+class TransformerFunction(torch.autograd.Function):
+    """The attention part of ``TransformerConv`` under one caching scheme
+    (:mod:`corgnn.cost.transformer`).
+
+    ``apply(x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, A, heads, concat, p, cache, xs)``
+    with ``x_src (n_src, m_src)`` (or None with sparse features ``xs``), ``x_dst
+    (n_dst, m_dst)`` or None (one node set: queries from ``x_src``), weights
+    ``(h*c, m)`` and biases ``(h*c,)`` or None as PyG's ``lin_query``/``lin_key``/
+    ``lin_value``, edge features ``attr (q, f)`` in ``A``'s entry order with PyG's
+    ``lin_edge.weight`` ``we (h*c, f)`` (both or None), ``seed`` the ``(1,)`` int64 attention-dropout seed
+    (:class:`~corgnn.sparse.rng.DropoutSpec`), ``A`` the ``(n_dst, n_src)`` pattern
+    (rows = destinations), ``p`` the dropout probability, ``cache`` a scheme name.
+    Returns ``(n_dst, h*c)`` if ``concat`` else ``(n_dst, c)``.
+
+    Saved for backward, by ``cache`` (beyond the parameters, which cost nothing):
+
+    * ``"none"``: only the inputs; backward recomputes ``Q, K, V`` (GEMMs) and runs
+      the forward kernel again for ``out`` and the row log-sum-exp ``lse``.
+    * ``"features"``: ``Q, K, V``; backward reruns the forward kernel.
+    * ``"row_stats"``: ``Q, K, V``, ``out (n, h, c)`` and ``lse (n, h)`` (FlashAttention's
+      statistics); backward recomputes ``alpha_e = exp(s_e - lse_i)`` per edge.
+    * ``"edge_weights"``: ``Q, K, V``, ``out`` and ``alpha (q, h)`` (before dropout).
+
+    With edge features "row_stats" and "edge_weights" also keep
+    ``Ae = sum_e drop_e alpha_e attr_e (n, h, f)`` (for ``dW_e``), and every scheme the
+    input ``attr``. Edge-feature gradients: ``dalpha_e += drop_e <W_e^T G_i, attr_e>``,
+    ``dQ_i += W_e sum_e de_e attr_e / sqrt(c)``, ``dW_e = sum_i (Q_i (sum_e de_e attr_e)^T / sqrt(c)
+    + G_i Ae_i^T)`` per head, ``dattr_e = sum_h W_e^T (de_e Q_i / sqrt(c) + drop_e alpha_e G_i)``.
+
+    ``x_src``/``x_dst`` are kept when a weight gradient needs them (or by "none").
+    The dropout mask is not stored: the kernels redraw it from the seed.
+    """
+
+    @staticmethod
+    def forward(ctx, x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, A: SparseFormat, heads: int, concat: bool, p: float, cache: str, xs: SparseFormat | None = None):
+        drop = DropoutSpec(p, seed)
+        Q, K, V = _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs)
+        scale = 1.0 / math.sqrt(Q.size(2))
+        out3, lse, alpha, Ae = _attend(A, Q, K, V, _edge_weight(we, heads), attr, scale, drop, want_alpha=cache == "edge_weights")
+        need = ctx.needs_input_grad
+        need_w = need[2] or need[4] or need[6]
+        ctx.A, ctx.heads, ctx.concat, ctx.p, ctx.cache, ctx.scale = A, heads, concat, p, cache, scale
+        ctx.one_set = x_dst is None
+        ctx.xs = xs if (need_w or cache == "none") else None
+        keep_x = need_w or cache == "none"
+        keep_src = x_src if keep_x and xs is None else None
+        keep_dst = x_dst if (need[2] or cache == "none") else None
+        keep_qkv = (None, None, None) if cache == "none" else (Q, K, V)
+        keep_out = out3 if cache in ("row_stats", "edge_weights") else None
+        keep_lse = lse if cache == "row_stats" else None
+        keep_ae = Ae if keep_out is not None else None
+        ctx.save_for_backward(keep_src, keep_dst, wq, bq, wk, bk, wv, bv, attr, we, *keep_qkv, keep_out, keep_lse, alpha, keep_ae, seed)
+        return _combine(out3, concat)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, Q, K, V, out3, lse, alpha, Ae, seed = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        heads, drop, xs = ctx.heads, DropoutSpec(ctx.p, seed), ctx.xs
+        We3 = _edge_weight(we, heads)
+        grads = [None] * 17
+        if not any(need[:10]):
+            return tuple(grads)
+        n = grad_out.size(0)
+        if ctx.concat:
+            G = grad_out.unflatten(1, (heads, -1))
+        else:
+            # NOTE: out = mean_h out3, so dL/dout3[:, h] = G / heads for every head.
+            G = (grad_out / heads).unsqueeze(1).expand(n, heads, grad_out.size(1))
+        if Q is None:  # "none": recompute Q, K, V
+            Q, K, V = _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs)
+        if out3 is None:  # "none" / "features": the forward kernel again, for out and lse
+            out3, lse, _, Ae = _attend(ctx.A, Q, K, V, We3, attr, ctx.scale, drop)
+        # NOTE: D_i = sum_row alpha dalpha = <G_i, out_i> (out keeps the dropout), a dense
+        # per-node product instead of a second walk over each row's entries.
+        D = (G * out3).sum(-1)
+        Qe = Ge = None
+        if We3 is not None:
+            Qe, Ge = torch.einsum("nhc,hcf->nhf", Q, We3), torch.einsum("nhc,hcf->nhf", G, We3)
+        dQ, dK, dV, dQe, dattr = dot_attention_backward(ctx.A, G, Q, K, V, D, ctx.scale, drop, alpha=alpha, lse=lse, Qe=Qe, Ge=Ge, attr=attr)
+        if We3 is not None:
+            dQ = dQ + ctx.scale * torch.einsum("nhf,hcf->nhc", dQe, We3)
+            if need[9]:
+                gwe = ctx.scale * torch.einsum("nhc,nhf->hcf", Q, dQe) + torch.einsum("nhc,nhf->hcf", G, Ae)
+                grads[9] = gwe.flatten(0, 1)
+            if need[8]:
+                grads[8] = dattr
+        dQ, dK, dV = dQ.flatten(1), dK.flatten(1), dV.flatten(1)
+        one_set = ctx.one_set
+        for slot, d, w, x in ((2, dQ, wq, x_src if one_set else x_dst), (4, dK, wk, x_src), (6, dV, wv, x_src)):
+            if need[slot]:
+                # NOTE: dW = dP^T X = (X^T dP)^T; with sparse X a transposed SpMM over its non-zeros
+                use_xs = xs is not None and (slot != 2 or one_set)
+                grads[slot] = spmm(xs, d, transpose=True).t() if use_xs else torch.mm(d.t(), x)
+            if need[slot + 1]:
+                grads[slot + 1] = d.sum(0)
+        if need[0]:
+            gx = torch.mm(dK, wk) + torch.mm(dV, wv)
+            grads[0] = gx.addmm_(dQ, wq) if one_set else gx
+        if need[1]:
+            grads[1] = torch.mm(dQ, wq)
+        return tuple(grads)
+
+
+def transformer_conv(
+    x_src: torch.Tensor | None,
+    x_dst: torch.Tensor | None,
+    wq: torch.Tensor,
+    bq: torch.Tensor | None,
+    wk: torch.Tensor,
+    bk: torch.Tensor | None,
+    wv: torch.Tensor,
+    bv: torch.Tensor | None,
+    A: SparseFormat,
+    heads: int,
+    *,
+    concat: bool = True,
+    dropout: float | DropoutSpec = 0.0,
+    training: bool = False,
+    cache: str = "edge_weights",
+    xs: SparseFormat | None = None,
+    edge_attr: torch.Tensor | None = None,
+    edge_weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Functional attention part of ``TransformerConv`` (no validation:
+    :class:`corgnn.nn.TransformerConv` validates), fused (:class:`TransformerFunction`).
+
+    Shapes: ``x_src (n_src, m_src)`` (or None with sparse features ``xs (n_src, m_src)``),
+    ``x_dst (n_dst, m_dst)`` or None (one node set), ``wq (h*c, m_dst)``,
+    ``wk``/``wv (h*c, m_src)``, biases ``(h*c,)`` or None, ``A (n_dst, n_src)`` ->
+    ``(n_dst, h*c)`` if ``concat`` else ``(n_dst, c)``. The root (skip) path is not
+    part of it. Edge features (PyG's ``edge_dim``): ``edge_attr (q, f)`` in ``A``'s
+    entry order and ``edge_weight`` PyG's ``lin_edge.weight (h*c, f)``, both or neither.
+
+    ``dropout`` applies to the attention coefficients when ``training`` (a float
+    draws a fresh seed from torch's generator; a :class:`DropoutSpec` fixes it).
+    ``cache``: "none", "features", "row_stats" or "edge_weights". Without autograd
+    the forward runs directly and keeps nothing.
+    """
+    cache = parse_transformer_cache(cache)
+    if isinstance(dropout, DropoutSpec):
+        drop = dropout if training else DropoutSpec(0.0, device=wq.device)
+    else:
+        drop = DropoutSpec(dropout if training else 0.0, device=wq.device)
+    tensors = (x_src, x_dst, wq, bq, wk, bk, wv, bv, edge_attr, edge_weight)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return TransformerFunction.apply(*tensors, drop.seed, A, heads, concat, drop.p, cache, xs)
+    with torch.no_grad():
+        Q, K, V = _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs)
+        out3 = _attend(A, Q, K, V, _edge_weight(edge_weight, heads), edge_attr, 1.0 / math.sqrt(Q.size(2)), drop)[0]
+        return _combine(out3, concat)
+
+
+def dot_attention(
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, A: SparseFormat, *, dropout: float = 0.0, training: bool = False,
+    E: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Graph dot-product attention built from corgnn's differentiable public ops
+    (:func:`~corgnn.sparse.sddmm`, :func:`~corgnn.sparse.edge_softmax`,
+    :func:`~corgnn.sparse.spmm`), for what the fused :class:`TransformerFunction`
+    does not serve: attention weights returned with gradients. PyG
+    ``TransformerConv.message`` step by step: ``alpha = softmax_row(<Q_i, K_j> / sqrt(c))``,
+    ``torch.nn.functional.dropout`` of it, ``out_i = sum_e alpha_e V_j``.
+
+    Args:
+        Q: ``(n_dst, h, c)``; K, V: ``(n_src, h, c)``; A: ``(n_dst, n_src)`` pattern.
+        E: ``(q, h, c)`` edge terms added to each entry's key and value (PyG's
+            ``lin_edge(edge_attr)``, in ``A``'s entry order), or None.
+
+    Returns:
+        ``(out (n_dst, h, c), alpha (q, h))``, ``alpha`` before dropout (as PyG
+        returns it), in ``A``'s entry order.
+    """
+    scores = sddmm(A, Q, K)
+    if E is not None:
+        row = A.to_coo().row  # (the destination of each entry, in A's order)
+        scores = scores + (Q[row] * E).sum(-1)
+    scores = scores / math.sqrt(Q.size(2))
+    alpha = edge_softmax(A, scores) if A.nnz else scores
+    dropped = torch.nn.functional.dropout(alpha, dropout, training)
+    out = spmm(A, V, values=dropped)
+    if E is not None:
+        out = out.index_add(0, row, dropped.unsqueeze(-1) * E)
+    return out, alpha

@@ -1,0 +1,129 @@
+"""Fused graph dot-product attention operators (raw: no autograd), the kernels of
+PyG's ``TransformerConv`` (Shi et al. 2021, "Masked Label Prediction: Unified Message
+Passing Model for Semi-Supervised Classification", UniMP).
+
+:class:`corgnn.functional.transformer.TransformerFunction` calls them in both passes;
+each is one custom op of :mod:`corgnn.sparse.library` (Numba kernels on CPU, Triton
+on GPU, the torch reference elsewhere; see :mod:`corgnn.sparse.dispatch`), fed the
+attention pattern's row plans. Every backend uses the same entry order and the same
+attention-dropout mask (:mod:`corgnn.sparse.rng`), so every device gives the same answer.
+
+* :func:`dot_attention_forward`   scores ``<Q_i, K_j> * scale`` -> row softmax -> dropout -> SpMM with ``V``
+* :func:`dot_attention_backward`  SDDMM -> dropout and softmax backward -> ``dQ, dK, dV``
+
+Conventions: ``A`` is the attention pattern ``(n_dst, n_src)`` (rows = destination
+nodes, columns = source nodes, a pattern, duplicates kept); per-edge arrays ``(q, h)``
+follow ``A``'s own entry order; ``Q (n_dst, h, c)``, ``K, V (n_src, h, c)`` (head in
+the middle, as the GAT kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import library as L
+from .formats import SparseFormat
+from .rng import NO_DROPOUT, DropoutSpec
+
+__all__ = ["dot_attention_forward", "dot_attention_backward"]
+
+
+def dot_attention_forward(
+    A: SparseFormat,
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    scale: float,
+    drop: DropoutSpec = NO_DROPOUT,
+    *,
+    want_alpha: bool = False,
+    Qe: torch.Tensor | None = None,
+    attr: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Scaled dot-product attention over ``A``'s entries, fused per destination row.
+
+    ``s_e = <Q[i], K[j]> * scale`` per head for entry ``e = (i, j)``;
+    ``alpha = softmax_row(s)`` over each destination's incoming entries;
+    ``out[i] = sum_e dropout(alpha_e) V[j]``: one pass per row with an online
+    softmax (FlashAttention's running max and sum), no ``(q, h, c)`` messages in
+    the kernel backends.
+
+    Args:
+        A: attention pattern ``(n_dst, n_src)``.
+        Q: ``(n_dst, h, c)`` queries; K, V: ``(n_src, h, c)`` keys and values.
+        scale: score scale (``1 / sqrt(c)`` in ``TransformerConv``).
+        drop: attention dropout (inactive by default).
+        want_alpha: also return the attention weights.
+        Qe, attr: edge features, both or neither: ``attr (q, f)`` per entry in ``A``'s
+            order and ``Qe (n_dst, h, f)`` the queries projected on them
+            (``Qe_i = W_e^T Q_i`` per head for PyG's ``lin_edge`` ``W_e``), so that
+            ``s_e = (<Q_i, K_j> + <Qe_i, attr_e>) * scale = <Q_i, K_j + W_e attr_e> * scale``.
+
+    Returns:
+        ``(out (n_dst, h, c), lse (n_dst, h), alpha (q, h) before dropout or None,
+        Ae (n_dst, h, f) or None)``: ``lse`` the row's ``log sum_e exp(s_e)`` (0 for a
+        row without entries), from which the backward pass can recompute
+        ``alpha_e = exp(s_e - lse_i)``; ``Ae_i = sum_e dropout(alpha_e) attr_e`` with
+        edge features (the caller adds ``W_e Ae_i``, PyG's ``+ W_e attr_e`` on the values).
+    """
+    ptr, idx, perm = A.row_plan(False)
+    c = lambda t: None if t is None else t.contiguous()  # noqa: E731
+    out, lse, alpha, Ae = L.transformer_attention(
+        ptr, idx, perm, Q.contiguous(), K.contiguous(), V.contiguous(), c(Qe), c(attr), float(scale), drop.p, drop.seed, bool(want_alpha)
+    )
+    return out, lse, alpha if want_alpha else None, Ae if attr is not None else None
+
+
+def dot_attention_backward(
+    A: SparseFormat,
+    G: torch.Tensor,
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    D: torch.Tensor,
+    scale: float,
+    drop: DropoutSpec = NO_DROPOUT,
+    *,
+    alpha: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+    Qe: torch.Tensor | None = None,
+    Ge: torch.Tensor | None = None,
+    attr: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Backward of :func:`dot_attention_forward`, with ``G = dL/dout (n_dst, h, c)``.
+
+    Per entry ``e = (i, j)`` and head (``drop_e`` the dropout factor, 0 or ``1/(1-p)``):
+
+    * ``dalpha_e = drop_e <G_i, V_j>`` (SDDMM)
+    * ``de_e = alpha_e (dalpha_e - D_i)`` with ``D_i = sum_row alpha dalpha = <G_i, out_i>``
+      (given: the caller keeps or recomputes ``out``, so no second pass over the row)
+    * ``dQ_i = scale * sum_e de_e K_j`` (the row walk)
+    * ``dK_j = scale * sum_e de_e Q_i`` and ``dV_j = sum_e drop_e alpha_e G_i`` (the
+      transposed walk of ``A``)
+
+    Args:
+        A: the forward's pattern. G: ``(n_dst, h, c)``. Q, K, V: as the forward.
+        D: ``(n_dst, h)``, ``<G_i, out_i>`` per row and head.
+        alpha: ``(q, h)`` the forward's attention before dropout (cached), or None
+            and ``lse (n_dst, h)`` to recompute it from.
+        Qe, Ge, attr: edge features (all or none): ``attr (q, f)``, ``Qe`` as the
+            forward and ``Ge (n_dst, h, f) = W_e^T G_i`` per head; ``dalpha_e`` gains
+            ``drop_e <Ge_i, attr_e>``.
+
+    Returns:
+        ``(dQ, dK, dV, dQe, dattr)``: ``dQ, dK, dV`` shaped as ``Q, K, V`` (``dQ``
+        without the edge term ``scale W_e dQe``, which the caller adds); with edge
+        features ``dQe_i = sum_e de_e attr_e (n_dst, h, f)`` and
+        ``dattr_e = sum_h (scale de_e Qe_i + drop_e alpha_e Ge_i) (q, f)``, else None.
+
+    Raises:
+        ValueError: neither ``alpha`` nor ``lse`` given.
+    """
+    if alpha is None and lse is None:
+        raise ValueError("dot_attention_backward needs the cached alpha, or lse to recompute it")
+    c = lambda t: None if t is None else t.contiguous()  # noqa: E731
+    dQ, dK, dV, dQe, dattr = L.transformer_attention_backward(
+        *A.row_plan(False), *A.row_plan(True), G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous(),
+        D.contiguous(), c(Qe), c(Ge), c(attr), c(alpha), None if alpha is not None else c(lse), float(scale), drop.p, drop.seed,
+    )
+    return (dQ, dK, dV) + ((dQe, dattr) if attr is not None else (None, None))

@@ -1,0 +1,259 @@
+"""Fused CPU kernels (Numba parallel JIT) of graph dot-product attention
+(PyG's ``TransformerConv``, Shi et al. 2021, "Masked Label Prediction", UniMP).
+
+Raw kernels: no autograd, no validation, no allocation of outputs; the wrappers in
+:mod:`.numba_cpu` (the ``numba`` backend) allocate and call them.
+
+Notation: destination node ``i`` (a row of the attention pattern ``A``, rows =
+targets), source node ``c`` (a column), entry ``e`` in ``A``'s own entry order (its
+position in the caller's per-edge ``(q, h)`` arrays); queries ``Q (n_dst, H, C)``,
+keys and values ``K, V (n_src, H, C)``; per head ``h`` the score
+``s_e = <Q[i, h], K[c, h]> * scale`` (``scale = 1 / sqrt(C)``),
+``alpha = softmax_row(s)``, ``out[i, h] = sum_e drop(alpha_e) V[c, h]``.
+
+As :mod:`.numba_gat_kernels`: parallel (``prange``) over chunks of rows of about
+equal work, the head and contiguous feature loops inside, each output row written
+by one thread (no atomics), and never a ``(q, h, C)`` intermediate (PyG's
+``TransformerConv`` gathers ``query_i``, ``key_j`` and ``value_j`` per edge).
+The forward is one pass per row with an online softmax (FlashAttention's running
+max and sum: the accumulator is rescaled when the row's max grows), so the scores
+are computed once. Attention dropout draws the counter-based mask of
+:func:`.numba_gat_kernels.keep_edge` (entry ``e * H + h``, 64-bit seed), the same on
+every backend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .numba_gat_kernels import keep_edge
+from .numba_kernels import gather_kernel, prefetch_gather
+
+__all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
+
+_JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
+
+
+@gather_kernel(operand=5)
+def dot_attention_forward_rows(dist):
+    @njit(**_JIT)
+    def dot_attention_forward_rows(ptr, idx, perm, chunks, Q, K, V, Qe, attr, scale, thresh, dscale, seed_lo, seed_hi, lse, alpha, out, Ae):
+        """Scores, online row softmax, attention dropout and aggregation, fused.
+
+        Per destination row ``i`` and head ``h``, walking the row's entries once:
+        ``s_e = <Q[i, h], K[c_e, h]> * scale``; running max ``m`` and sum
+        ``l = sum exp(s - m)``; ``acc += exp(s_e - m) * drop_e * V[c_e, h]`` (``acc`` and
+        ``l`` rescaled by ``exp(m_old - m_new)`` when the max grows); at the row's end
+        ``out[i, h] = acc / l`` and ``lse[i, h] = m + log(l)``;
+        ``drop_e = dscale * keep_edge(e*H+h)`` when ``thresh > 0``, else 1.
+
+        ptr (n+1,), idx (q,), perm (q,) or empty; chunks (T+1,) row bounds of the
+        parallel tasks; Q (n, H, C); K, V (n_src, H, C); lse (n, H) out (0 for an
+        empty row); alpha (q, H) out, the softmax before dropout, or empty (not
+        written); out (n, H, C) overwritten (an empty row gives zeros). ``scale`` and
+        ``dscale`` of ``Q``'s dtype keep float32 math float32.
+
+        Edge features (``Ae`` non-empty): ``attr (q, F)`` in entry order and ``Qe (n, H, F)``;
+        the score gains ``<Qe[i, h], attr[e]> * scale`` and ``Ae[i, h] = sum_e
+        drop_e alpha_e attr[e]`` (n, H, F) is accumulated as ``out`` (the caller adds
+        ``W_e Ae``: PyG adds ``W_e attr_e`` to every key and value).
+        """
+        H = Q.shape[1]
+        C = Q.shape[2]
+        F = attr.shape[1]
+        has_edge = Ae.shape[0] > 0
+        has_perm = perm.shape[0] > 0
+        want_alpha = alpha.shape[0] > 0
+        drop = thresh > 0
+        zero = scale * 0
+        for t in prange(chunks.shape[0] - 1):
+            mx = np.empty(H, dtype=Q.dtype)
+            tot = np.empty(H, dtype=Q.dtype)
+            for i in range(chunks[t], chunks[t + 1]):
+                lo = ptr[i]
+                hi = ptr[i + 1]
+                for h in range(H):
+                    lse[i, h] = 0
+                    tot[h] = 0
+                    for k in range(C):
+                        out[i, h, k] = 0
+                    if has_edge:
+                        for f in range(F):
+                            Ae[i, h, f] = 0
+                if hi == lo:
+                    continue
+                prefetch_gather(K, idx, lo, hi, dist)
+                prefetch_gather(V, idx, lo, hi, dist)
+                for j in range(lo, hi):
+                    c = idx[j]
+                    e = perm[j] if has_perm else j
+                    for h in range(H):
+                        s = Q[i, h, 0] * K[c, h, 0]
+                        for k in range(1, C):
+                            s += Q[i, h, k] * K[c, h, k]
+                        if has_edge:
+                            for f in range(F):
+                                s += Qe[i, h, f] * attr[e, f]
+                        s *= scale
+                        if want_alpha:
+                            alpha[e, h] = s
+                        if j == lo:
+                            mx[h] = s
+                        elif s > mx[h]:  # the row's max grows: rescale what was summed
+                            r = math.exp(mx[h] - s)
+                            tot[h] *= r
+                            for k in range(C):
+                                out[i, h, k] *= r
+                            if has_edge:
+                                for f in range(F):
+                                    Ae[i, h, f] *= r
+                            mx[h] = s
+                        w = math.exp(s - mx[h])
+                        tot[h] += w
+                        if drop:  # branch-free: a dropped entry adds zeros
+                            w *= dscale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
+                        for k in range(C):
+                            out[i, h, k] += w * V[c, h, k]
+                        if has_edge:
+                            for f in range(F):
+                                Ae[i, h, f] += w * attr[e, f]
+                for h in range(H):
+                    inv = 1 / tot[h]
+                    for k in range(C):
+                        out[i, h, k] *= inv
+                    if has_edge:
+                        for f in range(F):
+                            Ae[i, h, f] *= inv
+                    lse[i, h] = mx[h] + math.log(tot[h])
+                if want_alpha:
+                    for j in range(lo, hi):
+                        e = perm[j] if has_perm else j
+                        for h in range(H):
+                            alpha[e, h] = math.exp(alpha[e, h] - lse[i, h])
+    return dot_attention_forward_rows
+
+
+@gather_kernel(operand=5)
+def dot_attention_backward_rows(dist):
+    @njit(**_JIT)
+    def dot_attention_backward_rows(ptr, idx, perm, chunks, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, thresh, dscale, seed_lo, seed_hi, de, alpha_d, dQ, dQe, dattr):
+        """Backward over destination rows: SDDMM, dropout and softmax backward, ``dQ``.
+
+        Per row ``i``, head ``h``, entry ``e`` (one pass; ``D[i, h] = <G[i, h], out[i, h]>``
+        is the softmax backward's row sum ``sum_e alpha_e dalpha_e``, given):
+        ``alpha_e`` read from ``alpha`` or recomputed as ``exp(s_e - lse[i, h])``;
+        ``dalpha_e = drop_e <G[i, h], V[c_e, h]>``; ``de_e = alpha_e (dalpha_e - D[i, h])``
+        (the score's gradient); ``dQ[i, h] = scale * sum_e de_e K[c_e, h]``.
+
+        Inputs: G (n, H, C); Q (n, H, C); K, V (n_src, H, C); D (n, H); either
+        ``alpha`` (q, H) cached or empty and ``lse`` (n, H). Outputs: ``de`` (q, H);
+        ``alpha_d`` (q, H) the dropped attention ``drop_e * alpha_e`` for the transposed
+        walk's ``dV`` (empty = not written: no dropout and ``alpha`` cached, the caller
+        reads ``alpha``); ``dQ`` (n, H, C); all overwritten.
+
+        Edge features (``dQe`` non-empty): ``Qe, Ge (n, H, F)`` (queries and ``G``
+        projected on them), ``attr (q, F)``; the score gains ``<Qe[i, h], attr[e]>``,
+        ``dalpha_e`` gains ``drop_e <Ge[i, h], attr[e]>``; outputs
+        ``dQe[i, h] = sum_e de_e attr[e]`` and ``dattr[e] = sum_h (scale de_e Qe[i, h]
+        + drop_e alpha_e Ge[i, h])`` (q, F) (each entry is walked once: no atomics).
+        """
+        H = Q.shape[1]
+        C = Q.shape[2]
+        F = attr.shape[1]
+        has_edge = dQe.shape[0] > 0
+        has_perm = perm.shape[0] > 0
+        cached = alpha.shape[0] > 0
+        write_ad = alpha_d.shape[0] > 0
+        drop = thresh > 0
+        zero = scale * 0
+        for t in prange(chunks.shape[0] - 1):
+            for i in range(chunks[t], chunks[t + 1]):
+                for h in range(H):
+                    for k in range(C):
+                        dQ[i, h, k] = 0
+                    if has_edge:
+                        for f in range(F):
+                            dQe[i, h, f] = 0
+                prefetch_gather(K, idx, ptr[i], ptr[i + 1], dist)
+                prefetch_gather(V, idx, ptr[i], ptr[i + 1], dist)
+                for j in range(ptr[i], ptr[i + 1]):
+                    c = idx[j]
+                    e = perm[j] if has_perm else j
+                    if has_edge:
+                        for f in range(F):
+                            dattr[e, f] = 0
+                    for h in range(H):
+                        if cached:
+                            a = alpha[e, h]
+                        else:
+                            s = Q[i, h, 0] * K[c, h, 0]
+                            for k in range(1, C):
+                                s += Q[i, h, k] * K[c, h, k]
+                            if has_edge:
+                                for f in range(F):
+                                    s += Qe[i, h, f] * attr[e, f]
+                            a = math.exp(s * scale - lse[i, h])
+                        g = G[i, h, 0] * V[c, h, 0]
+                        for k in range(1, C):
+                            g += G[i, h, k] * V[c, h, k]
+                        if has_edge:
+                            for f in range(F):
+                                g += Ge[i, h, f] * attr[e, f]
+                        ad = a
+                        if drop:
+                            f = dscale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
+                            g *= f
+                            ad = a * f
+                        v = a * (g - D[i, h])
+                        de[e, h] = v
+                        if write_ad:
+                            alpha_d[e, h] = ad
+                        if has_edge:
+                            vs = v * scale
+                            for f in range(F):
+                                dQe[i, h, f] += v * attr[e, f]
+                                dattr[e, f] += vs * Qe[i, h, f] + ad * Ge[i, h, f]
+                        v *= scale
+                        for k in range(C):
+                            dQ[i, h, k] += v * K[c, h, k]
+    return dot_attention_backward_rows
+
+
+@gather_kernel(operand=4)
+def dot_attention_backward_cols(dist):
+    @njit(**_JIT)
+    def dot_attention_backward_cols(ptr, idx, perm, chunks, G, Q, alpha_d, de, scale, dK, dV):
+        """Backward over source nodes (the transposed walk): ``dK`` and ``dV``.
+
+        For source ``c`` (entries ``e`` with destination ``i_e``):
+        ``dK[c, h] = scale * sum_e de[e, h] Q[i_e, h]`` and
+        ``dV[c, h] = sum_e alpha_d[e, h] G[i_e, h]`` (``A_alpha^T G``).
+
+        ptr (n_src+1,), idx (q,) destination of each walked entry, perm (q,) or empty;
+        chunks (T+1,) column bounds of the parallel tasks; G, Q (n, H, C);
+        alpha_d, de (q, H); dK, dV (n_src, H, C) overwritten.
+        """
+        H = G.shape[1]
+        C = G.shape[2]
+        has_perm = perm.shape[0] > 0
+        for t in prange(chunks.shape[0] - 1):
+            for c in range(chunks[t], chunks[t + 1]):
+                for h in range(H):
+                    for k in range(C):
+                        dK[c, h, k] = 0
+                        dV[c, h, k] = 0
+                prefetch_gather(G, idx, ptr[c], ptr[c + 1], dist)
+                prefetch_gather(Q, idx, ptr[c], ptr[c + 1], dist)
+                for j in range(ptr[c], ptr[c + 1]):
+                    i = idx[j]
+                    e = perm[j] if has_perm else j
+                    for h in range(H):
+                        v = de[e, h] * scale
+                        ad = alpha_d[e, h]
+                        for k in range(C):
+                            dK[c, h, k] += v * Q[i, h, k]
+                            dV[c, h, k] += ad * G[i, h, k]
+    return dot_attention_backward_cols
