@@ -21,12 +21,45 @@ from .base import (
     not_parameters, num_rows,
 )
 
-__all__ = ["GATConv", "GAT", "attention_result"]
+__all__ = ["GATConv", "GAT", "attention_result", "positive_int", "check_attention_arguments"]
 
 
-def _positive_int(name: str, v) -> None:
+def positive_int(name: str, v) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``v`` is a positive int (not a bool)."""
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ValueError(f"{name} must be a positive int, got {v!r}")
+
+
+def check_attention_arguments(in_channels, out_channels, heads, dropout, memory_budget, edge_dim=None):
+    """Validate the constructor arguments the attention layers share (GAT, GATv2,
+    TransformerConv) and return ``(in_channels, m_src, m_dst)``: ``in_channels`` an int
+    or a ``(source, target)`` pair (then a tuple), the source and target widths.
+
+    Raises:
+        ValueError: naming the argument: not a positive int (``in_channels``,
+            ``out_channels``, ``heads``, ``edge_dim``), a pair of other than two,
+            ``dropout`` outside ``[0, 1)``, ``memory_budget`` not None or a
+            non-negative int of bytes.
+    """
+    if isinstance(in_channels, (tuple, list)):
+        if len(in_channels) != 2:
+            raise ValueError(f"in_channels must be an int or a (source, target) pair, got {tuple(in_channels)}")
+        in_channels = tuple(in_channels)
+        positive_int("in_channels[0]", in_channels[0])
+        positive_int("in_channels[1]", in_channels[1])
+        m_src, m_dst = in_channels
+    else:
+        positive_int("in_channels", in_channels)
+        m_src = m_dst = in_channels
+    if edge_dim is not None:
+        positive_int("edge_dim", edge_dim)
+    positive_int("out_channels", out_channels)
+    positive_int("heads", heads)
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 0):
+        raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
+    return in_channels, m_src, m_dst
 
 
 def _pair(x) -> bool:
@@ -164,25 +197,10 @@ class GATConv(CorgnnConv):
         super().__init__()
         check_message_passing_kwargs(type(self).__name__, kwargs, fixed=("node_dim",))
         bipartite = isinstance(in_channels, (tuple, list))
-        if bipartite:
-            if len(in_channels) != 2:
-                raise ValueError(f"in_channels must be an int or a (source, target) pair, got {tuple(in_channels)}")
-            in_channels = tuple(in_channels)
-            _positive_int("in_channels[0]", in_channels[0])
-            _positive_int("in_channels[1]", in_channels[1])
-        else:
-            _positive_int("in_channels", in_channels)
-        if edge_dim is not None:
-            _positive_int("edge_dim", edge_dim)
-        _positive_int("out_channels", out_channels)
-        _positive_int("heads", heads)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        in_channels, _, _ = check_attention_arguments(in_channels, out_channels, heads, dropout, memory_budget, edge_dim)
         if cache != "auto":
             cache = parse_cache(cache)
         check_format_name(format, allow_auto=True)
-        if memory_budget is not None and (not isinstance(memory_budget, int) or memory_budget < 0):
-            raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
         self.negative_slope, self.dropout = float(negative_slope), float(dropout)
         self.cache, self.format, self.add_self_loops, self.memory_budget = cache, format, bool(add_self_loops), memory_budget
@@ -524,8 +542,8 @@ class GAT(nn.Module):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        _positive_int("hidden_channels", hidden_channels)
-        _positive_int("heads", heads)
+        positive_int("hidden_channels", hidden_channels)
+        positive_int("heads", heads)
         self.dropout = dropout
         kw = dict(dropout=dropout, cache=cache, format=format, memory_budget=memory_budget)
         self.conv1 = GATConv(in_channels, hidden_channels, heads=heads, concat=True, **kw)

@@ -19,14 +19,10 @@ from ..sparse.registry import check_format_name
 from .base import (
     CorgnnConv, FeatureCache, UnsupportedOption, check_message_passing_kwargs, dropout, message_passing_unsupported, not_parameters,
 )
-from .gat import GATConv, attention_result
+from .gat import GATConv, attention_result, check_attention_arguments, positive_int
 
 __all__ = ["GATv2Conv", "GATv2"]
 
-
-def _positive_int(name: str, v) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
 
 
 class GATv2Conv(CorgnnConv):
@@ -172,25 +168,10 @@ class GATv2Conv(CorgnnConv):
                 "GATv2Conv: edge_dim (edge features) is not supported by corgnn: they add a per-edge (q, heads, out_channels) "
                 "term the fused kernels do not take; use torch_geometric.nn.GATv2Conv (optimize() leaves such layers to PyG)"
             )
-        if isinstance(in_channels, (tuple, list)):
-            if len(in_channels) != 2:
-                raise ValueError(f"in_channels must be an int or a (source, target) pair, got {tuple(in_channels)}")
-            in_channels = tuple(in_channels)
-            _positive_int("in_channels[0]", in_channels[0])
-            _positive_int("in_channels[1]", in_channels[1])
-            m_l, m_r = in_channels
-        else:
-            _positive_int("in_channels", in_channels)
-            m_l = m_r = in_channels
-        _positive_int("out_channels", out_channels)
-        _positive_int("heads", heads)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        in_channels, m_l, m_r = check_attention_arguments(in_channels, out_channels, heads, dropout, memory_budget)
         if cache != "auto":
             cache = parse_gatv2_cache(cache)
         check_format_name(format, allow_auto=True)
-        if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 0):
-            raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
         self.negative_slope, self.dropout = float(negative_slope), float(dropout)
         self.add_self_loops, self.edge_dim, self.fill_value = bool(add_self_loops), None, fill_value
@@ -386,8 +367,8 @@ class GATv2(nn.Module):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        _positive_int("hidden_channels", hidden_channels)
-        _positive_int("heads", heads)
+        positive_int("hidden_channels", hidden_channels)
+        positive_int("heads", heads)
         self.dropout = dropout
         kw = dict(dropout=dropout, share_weights=share_weights, cache=cache, format=format, memory_budget=memory_budget)
         self.conv1 = GATv2Conv(in_channels, hidden_channels, heads=heads, concat=True, **kw)

@@ -16,14 +16,10 @@ from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
 from .base import CorgnnConv, FeatureCache, UnsupportedOption, check_message_passing_kwargs, message_passing_unsupported, not_parameters
-from .gat import GAT
+from .gat import GAT, check_attention_arguments, positive_int
 
 __all__ = ["TransformerConv", "Transformer"]
 
-
-def _positive_int(name: str, v) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
 
 
 class TransformerConv(CorgnnConv):
@@ -148,27 +144,10 @@ class TransformerConv(CorgnnConv):
     ):
         super().__init__()
         check_message_passing_kwargs(type(self).__name__, kwargs, fixed=("node_dim",))
-        if edge_dim is not None:
-            _positive_int("edge_dim", edge_dim)
-        if isinstance(in_channels, (tuple, list)):
-            if len(in_channels) != 2:
-                raise ValueError(f"in_channels must be an int or a (source, target) pair, got {tuple(in_channels)}")
-            in_channels = tuple(in_channels)
-            _positive_int("in_channels[0]", in_channels[0])
-            _positive_int("in_channels[1]", in_channels[1])
-            m_src, m_dst = in_channels
-        else:
-            _positive_int("in_channels", in_channels)
-            m_src = m_dst = in_channels
-        _positive_int("out_channels", out_channels)
-        _positive_int("heads", heads)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        in_channels, m_src, m_dst = check_attention_arguments(in_channels, out_channels, heads, dropout, memory_budget, edge_dim)
         if cache != "auto":
             cache = parse_transformer_cache(cache)
         check_format_name(format, allow_auto=True)
-        if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 0):
-            raise ValueError(f"memory_budget must be None or a non-negative int (bytes), got {memory_budget!r}")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, bool(concat)
         self.beta, self.root_weight, self.dropout, self.edge_dim = bool(beta and root_weight), bool(root_weight), float(dropout), edge_dim
         self.cache, self.format, self.memory_budget = cache, format, memory_budget
@@ -393,8 +372,8 @@ class Transformer(GAT):
         nn.Module.__init__(self)  # (GAT's layers are not built: these replace them)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        _positive_int("hidden_channels", hidden_channels)
-        _positive_int("heads", heads)
+        positive_int("hidden_channels", hidden_channels)
+        positive_int("heads", heads)
         self.dropout = dropout
         kw = dict(dropout=dropout, root_weight=root_weight, beta=beta, cache=cache, format=format, memory_budget=memory_budget)
         self.conv1 = TransformerConv(in_channels, hidden_channels, heads=heads, concat=True, **kw)
