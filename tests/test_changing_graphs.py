@@ -453,6 +453,26 @@ def test_gin_with_a_frozen_eps_sees_eps_and_nn_edits():
         assert torch.allclose(ours(x, ei), ref(x, ei), atol=1e-12)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.25, -1.0])
+def test_gin_layers_with_one_frozen_eps_share_one_matrix_a_plus_c_i(eps):
+    ei = torch.tensor([[0, 1, 1, 2, 3, 3], [1, 0, 2, 2, 1, 1]])  # a self-loop (2, 2), a duplicate (3 -> 1), node 4 isolated
+    g = Graph(ei, num_nodes=5)
+    c = 1.0 + eps
+    A = g.aggr_adjacency("sum", dtype=F64, diagonal=True, diagonal_value=c)
+    dense = torch.zeros(5, 5, dtype=F64).index_put_((ei[1], ei[0]), torch.ones(6, dtype=F64), accumulate=True) + c * torch.eye(5, dtype=F64)
+    assert torch.equal(A.to_dense(), dense)
+    assert g.aggr_adjacency("sum", dtype=F64, diagonal=True, diagonal_value=c) is A  # cached per value
+    torch.manual_seed(0)
+    mk = lambda: PygGINConv(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 3)).double(), eps=eps)
+    refs = [mk(), mk()]
+    ours = [corgnn.optimize(copy.deepcopy(r)) for r in refs]
+    x = torch.randn(5, 4, dtype=F64)
+    for r, o in zip(refs, ours):
+        assert torch.allclose(o(x, g), r(x, ei), atol=1e-12)
+    mats = {id(ours[0].adjacency(g, F64, c)), id(ours[1].adjacency(g, F64, c))}
+    assert len(mats) == 1  # two layers, one matrix
+
+
 def test_non_finite_features_are_refused_from_the_caller_not_from_activations():
     layer = GCNConv(4, 3)
     ei = torch.randint(0, 10, (2, 30))

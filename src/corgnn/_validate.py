@@ -6,6 +6,8 @@ argument and says what was expected, *before* any computation starts.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = [
@@ -36,7 +38,8 @@ def check_finite(name: str, t: torch.Tensor) -> None:
     # NOTE: a sum is NaN/Inf whenever an element is (NaN and Inf propagate), and it
     # costs one read (30x cheaper than isfinite().all()); only when the sum is not
     # finite (which a finite overflow can also cause) is every element checked.
-    if bool(torch.isfinite(t.detach().sum())):
+    # (a Python float test of the sum: no second kernel on a 0-d tensor)
+    if math.isfinite(float(t.detach().sum())):
         return
     bad = int((~torch.isfinite(t)).sum())
     if bad:

@@ -395,6 +395,7 @@ class Graph:
     # -------------------------------------------------- aggregation adjacency
     def aggr_adjacency(
         self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True, diagonal: bool = False, format: str = "csr",
+        diagonal_value: float = 0.0,
     ) -> SparseFormat:
         """Matrix ``A`` of PyG's message passing without self-loops or normalisation:
         ``(A X)_i`` is the ``aggr`` ("sum"/"add" or "mean") over the edges ``j -> i`` of
@@ -405,13 +406,25 @@ class Graph:
         edges are summed. Rows = targets, columns = sources, ``(n, n)``. Built once
         per option set and cached like :meth:`gcn_adjacency`. ``diagonal``: the
         pattern also holds every diagonal entry (value 0 where the graph has no
-        self-loop), so GIN's ``A + (1 + eps) I`` is the same pattern with new values.
+        self-loop), so GIN's ``A + (1 + eps) I`` is the same pattern with new values;
+        ``diagonal_value`` (a float, with ``diagonal``) is added to every diagonal
+        entry: ``A + c I`` for a constant ``c = 1 + eps``, cached per ``c`` and shared
+        by every layer with that ``c`` (one build of the pattern for all).
 
         Raises:
             ValueError: ``aggr`` not "sum", "add" or "mean".
         """
         aggr = "sum" if aggr == "add" else aggr
         key = ("aggr", aggr, dtype, bool(weighted and self.edge_weight is not None), bool(diagonal))
+        if diagonal and diagonal_value != 0.0:
+            vkey = key + ("diagonal-value", float(diagonal_value))
+            csr = self._cache.get(vkey)
+            if csr is None:
+                base = self.aggr_adjacency(aggr, dtype=dtype, weighted=weighted, diagonal=True)
+                with torch.no_grad():
+                    val = torch.add(base.val, self.diagonal_mask(aggr, dtype=dtype, weighted=weighted), alpha=float(diagonal_value))
+                csr = self._cache[vkey] = base.with_values(val)
+            return self._format(vkey, csr, format)
         csr = self._cache.get(key)
         if csr is None:
             ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached

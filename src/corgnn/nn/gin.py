@@ -82,21 +82,21 @@ class _DiagonalMask(Uncopied):
         return self._mask
 
 
-class _ConstantValues(Uncopied):
-    """``val + (1 + eps) diag`` for an ``eps`` that takes no gradient, kept for the
-    last ``(val, diag, eps)`` seen in the same state (:func:`~corgnn._cache.TensorKey`):
-    a frozen ``eps`` makes GIN's matrix a constant of the graph."""
+class _ConstantDiagonal(Uncopied):
+    """``1 + eps`` as a float for an ``eps`` that takes no gradient, read once per
+    ``eps`` state (:class:`~corgnn._cache.TensorKey`: one host read per optimizer
+    change, none per call): a frozen ``eps`` makes GIN's matrix ``A + (1 + eps) I``
+    a constant of the graph, built once and shared by every layer with that value
+    (:meth:`corgnn.Graph.aggr_adjacency`'s ``diagonal_value``)."""
 
     def __init__(self):
-        self._key, self._values = None, None
+        self._key, self._value = None, None
 
-    def __call__(self, val: torch.Tensor, diag: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-        tensors = (val, diag, eps)
-        if self._key is None or not self._key.matches(tensors):
-            with torch.no_grad():
-                self._values = val + (1 + eps.to(val.dtype)) * diag
-            self._key = TensorKey(tensors)
-        return self._values
+    def __call__(self, eps: torch.Tensor) -> float:
+        if self._key is None or not self._key.matches((eps,)):
+            self._value = 1.0 + float(eps.detach().reshape(()))
+            self._key = TensorKey((eps,))
+        return self._value
 
 
 class GINConv(CorgnnConv):
@@ -151,7 +151,7 @@ class GINConv(CorgnnConv):
         self._graphs = GraphCache()
         self._features = FeatureCache()
         self._diag = _DiagonalMask()
-        self._constant_values = _ConstantValues()
+        self._constant_diagonal = _ConstantDiagonal()
         self.last_plan: GCNPlan | None = None
         self.reset_parameters()
 
@@ -183,11 +183,21 @@ class GINConv(CorgnnConv):
     def sparse_features_allowed(self) -> bool:
         return self._slot() is not None
 
-    def adjacency(self, graph: Graph, dtype: torch.dtype):
-        """The pattern of ``A + I`` with ``A``'s values (0 on a diagonal without a
-        self-loop), cached on ``graph``; ``A`` holds the stored values of a
-        ``torch.sparse`` adjacency (as PyG's ``spmm(adj_t, x)``), else ones."""
-        return graph.aggr_adjacency("sum", dtype=dtype, weighted=sparse_values_weigh(graph), diagonal=True, format=self.format)
+    def adjacency(self, graph: Graph, dtype: torch.dtype, diagonal_value: float = 0.0):
+        """The pattern of ``A + I`` with ``A``'s values plus ``diagonal_value`` on the
+        diagonal (``A + c I``; the diagonal of a node without a self-loop is ``c``),
+        cached on ``graph``; ``A`` holds the stored values of a ``torch.sparse``
+        adjacency (as PyG's ``spmm(adj_t, x)``), else ones."""
+        return graph.aggr_adjacency(
+            "sum", dtype=dtype, weighted=sparse_values_weigh(graph), diagonal=True, format=self.format, diagonal_value=diagonal_value,
+        )
+
+    def _constant_eps(self, mask: torch.Tensor | None) -> float | None:
+        """``1 + eps`` (a float) when GIN's matrix is a constant of the graph in this
+        call (no explain mask, no gradient for ``eps``), else None."""
+        if mask is not None or (self.eps.requires_grad and torch.is_grad_enabled()):
+            return None
+        return self._constant_diagonal(self.eps)
 
     def _values(self, A, graph: Graph, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Values of ``A + (1 + eps) I`` in ``A``'s entry order (differentiable w.r.t.
@@ -203,8 +213,6 @@ class GINConv(CorgnnConv):
             diag = graph.diagonal_mask("sum", dtype=val.dtype, weighted=sparse_values_weigh(graph))
         else:
             diag = self._diag(A)  # (another format's entry order)
-        if mask is None and not (self.eps.requires_grad and torch.is_grad_enabled()):
-            return self._constant_values(val, diag, self.eps)
         return val + (1 + self.eps.to(val.dtype)) * diag
 
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan | None:
@@ -235,8 +243,12 @@ class GINConv(CorgnnConv):
                 "GINConv: the values of the torch.sparse adjacency require a gradient, which corgnn's GINConv does not "
                 "propagate to them; use torch_geometric.nn.GINConv, or detach the adjacency's values"
             )
-        A = self.adjacency(graph, dtype)
-        values = self._values(A, graph, mask)
+        c = self._constant_eps(mask)
+        if c is not None:  # A + (1 + eps) I: a constant of the graph, its own values
+            A, values = self.adjacency(graph, dtype, c), None
+        else:
+            A = self.adjacency(graph, dtype)
+            values = self._values(A, graph, mask)
         slot = self._slot()
         if slot is None:
             self.last_plan = None

@@ -31,7 +31,9 @@ _NOPERM = np.empty(0, dtype=np.int64)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
+    if t.requires_grad or not t.is_contiguous():  # (else one view, not three: this runs per operand and call)
+        t = t.detach().contiguous()
+    return t.numpy()
 
 
 def _perm(perm) -> np.ndarray:
@@ -61,20 +63,22 @@ def _chunks() -> int:
 
 _CHUNKS = WeakIdKeyDictionary()
 """``ptr`` tensor (by identity, held weakly: the entry dies with the pattern) ->
-``(threads, row chunks)``."""
+``(threads, data address, ptr array, row chunks)``."""
 
 
-def _row_chunks(ptr_t: torch.Tensor, ptr: np.ndarray) -> np.ndarray:
-    """``(T+1,)`` row boundaries splitting rows into parallel tasks of about equal
-    ``entries + rows`` (degrees are skewed: equal row counts would leave one thread
-    with the hubs); computed once per ``ptr`` tensor and thread count."""
+def _row_chunks(ptr_t: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """``(ptr as an array, (T+1,) row boundaries)`` splitting rows into parallel tasks
+    of about equal ``entries + rows`` (degrees are skewed: equal row counts would leave
+    one thread with the hubs); computed once per ``ptr`` tensor (at its data address)
+    and thread count, as a pattern is walked by several products per step."""
     threads = numba.get_num_threads()
     hit = _CHUNKS.get(ptr_t)
-    if hit is not None and hit[0] == threads:
-        return hit[1]
+    if hit is not None and hit[0] == threads and hit[1] == ptr_t.data_ptr():
+        return hit[2], hit[3]
+    ptr = _np(ptr_t)
     chunks = _make_chunks(ptr, threads)
-    _CHUNKS[ptr_t] = (threads, chunks)
-    return chunks
+    _CHUNKS[ptr_t] = (threads, ptr_t.data_ptr(), ptr, chunks)
+    return ptr, chunks
 
 
 CHUNK_MIN_WORK = 4096
@@ -96,8 +100,8 @@ def _make_chunks(ptr: np.ndarray, threads: int) -> np.ndarray:
 
 
 def _walk(ptr, idx, perm):
-    p = _np(ptr)
-    return p, _np(idx), _perm(perm), _row_chunks(ptr, p)
+    p, chunks = _row_chunks(ptr)
+    return p, _np(idx), _perm(perm), chunks
 
 
 def _edge_arrays(Qe, attr, H: int, dtype) -> tuple[np.ndarray, np.ndarray]:
