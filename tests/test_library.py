@@ -100,6 +100,24 @@ def test_numba_kernels_keep_the_users_torch_thread_count():
     assert out.stdout.split() == ["1", "1"], out.stdout + out.stderr
 
 
+def test_a_sparse_feature_conversion_first_keeps_the_users_torch_thread_count():
+    """The feature conversion kernels (parallel Numba) launched the threading layer on
+    their own when a layer's first call converted sparse features before any SpMM
+    (``GCNConv(normalize=False, add_self_loops=False)`` on bag-of-words): torch's
+    thread count was reset the same way."""
+    code = (
+        "import torch, numba, corgnn; torch.set_num_threads(1)\n"
+        "from torch_geometric.nn import GCNConv\n"
+        "m = corgnn.optimize(GCNConv(8, 4, normalize=False, add_self_loops=False))\n"
+        "x = torch.zeros(300, 8); x[::7, 3] = 1.0\n"
+        "m(x, torch.randint(0, 300, (2, 900)))\n"
+        "print(torch.get_num_threads(), numba.get_num_threads())"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"], out.stdout + out.stderr
+
+
 def test_half_precision_runs_on_torch_backend_in_float32():
     row, col, val, shape = make_coo("odd", F64)
     A = build("csr", row, col, val, shape)

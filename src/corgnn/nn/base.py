@@ -149,9 +149,12 @@ def _numba_runs(x: torch.Tensor) -> bool:
     Numba's OpenMP threads ran: :mod:`corgnn.sparse.backends.numba_threads`)."""
     if x.device.type != "cpu" or x.dtype not in _NUMBA_DTYPES:
         return False
-    from ..sparse.backends.numba_threads import unusable_reason
+    from ..sparse.backends.numba_threads import launch, unusable_reason
 
-    return unusable_reason() is None
+    if unusable_reason() is not None:
+        return False
+    launch()  # (the kernels below are parallel: launched keeping torch's thread count)
+    return True
 
 
 SAMPLE_ROWS = 64

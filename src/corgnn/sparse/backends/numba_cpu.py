@@ -118,24 +118,6 @@ def _seed(p: float, seed: torch.Tensor, dtype) -> tuple:
     return thresh, _scalar(scale, dtype), lo, hi
 
 
-@functools.cache
-def _start_threads() -> None:
-    """Launch Numba's threading layer once, before the first kernel, keeping torch's
-    CPU thread count, and run the kernels on as many threads as torch uses.
-
-    NOTE: Numba's OpenMP threading layer shares the OpenMP runtime with torch, and
-    launching it (on the first parallel kernel) resets the thread count torch reads:
-    a user's earlier ``torch.set_num_threads(1)`` silently became "all cores" after
-    corgnn's first SpMM. Launching it here and restoring torch's setting keeps the
-    user's choice, and Numba follows it (capped at ``NUMBA_NUM_THREADS``).
-    """
-    threads = torch.get_num_threads()
-    numba.get_num_threads()  # launches the threading layer
-    torch.set_num_threads(threads)
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    numba_threads.mark_launched()
-
-
 def _serialised(fn):
     """``fn`` run under the kernel-launch lock (the ``workqueue`` layer runs one
     parallel kernel at a time; see :mod:`.numba_threads`)."""
@@ -154,7 +136,7 @@ class NumbaBackend(Backend):
     name = "numba"
 
     def unavailable(self) -> str | None:
-        _start_threads()  # once, when dispatch first considers this backend
+        numba_threads.launch()  # once, when dispatch first considers this backend
         return None
 
     def __init__(self):

@@ -31,15 +31,38 @@ threads could; Numba then aborts the process): under it every kernel launch of t
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
 import numba
 import torch
 
-__all__ = ["launch_lock", "mark_launched", "serialised", "unusable_reason"]
+__all__ = ["launch", "launch_lock", "mark_launched", "serialised", "unusable_reason"]
 
 _state = {"lock": threading.Lock(), "launched": False, "serial": True, "torch_omp": False, "layer": None, "unusable": None}
+
+
+@functools.cache
+def launch() -> None:
+    """Launch Numba's threading layer once, before corgnn's first parallel kernel
+    (every caller of a parallel Numba kernel calls this first: the backend's
+    dispatch and the feature conversions of :mod:`corgnn.nn.base`), keeping torch's
+    CPU thread count, and run the kernels on as many threads as torch uses.
+
+    NOTE: Numba's OpenMP threading layer shares the OpenMP runtime with torch, and
+    launching it (on the first parallel kernel) resets the thread count torch reads:
+    a user's earlier ``torch.set_num_threads(1)`` silently became "all cores" after
+    corgnn's first SpMM (or first sparse-feature conversion, which launched the layer
+    on its own until this was one function). Launching it here and restoring torch's
+    setting keeps the user's choice, and Numba follows it (capped at
+    ``NUMBA_NUM_THREADS``).
+    """
+    threads = torch.get_num_threads()
+    numba.get_num_threads()  # launches the threading layer
+    torch.set_num_threads(threads)
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    mark_launched()
 
 
 def mark_launched() -> None:
