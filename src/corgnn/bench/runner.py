@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from . import report
-from .baselines import GAT_HEADS, GraphData, Unavailable, build, estimate_step_bytes, family
+from .baselines import ATTENTION_MODELS, GAT_HEADS, GraphData, Unavailable, build, estimate_step_bytes, family
 from .harness import StepTimeout, TrainStep, default_mem_cap, machine_info, time_interleaved, warm_up
 from .spec import OPS, PRESETS, TINY_SHAPE, CellSpec, ExperimentSpec, Preset
 
@@ -136,7 +136,7 @@ class Runner:
     def _row(self, c: CellSpec, g: GraphData, phase: str, **result) -> None:
         """:meth:`record` with the shape of graph ``g``."""
         out = c.hidden if c.model in ("gcn-layer",) + OPS else g.num_classes
-        self.record(c, phase, dataset=g.name, synthetic=g.synthetic, n=g.n, q=g.q, m=g.m, out=out, heads=GAT_HEADS if c.model == "gat" else 1, **result)
+        self.record(c, phase, dataset=g.name, synthetic=g.synthetic, n=g.n, q=g.q, m=g.m, out=out, heads=GAT_HEADS if c.model in ATTENTION_MODELS else 1, **result)
 
     def _missing(self, c: CellSpec, g: GraphData, reason: str) -> None:
         for phase in self._phases(c):
