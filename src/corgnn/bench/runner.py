@@ -409,7 +409,7 @@ def write_report(experiments: list[ExperimentSpec], rows: list[dict], meta: dict
         f"device {m['device']} {m['gpu']}".rstrip(),
         f"Settings: {meta['settings']}; wall time {meta.get('wall_s', math.nan) / 60:.1f} min.",
         "",
-        "Datasets marked *(synthetic)* are seeded stand-ins with Table 5's shape (corgnn.datasets.synthetic), not the real graphs; "
+        "Datasets marked *(synthetic)* are seeded stand-ins with Table 5's shape (corgnn.datasets.synthetic; Random-20k: corgnn.datasets.STANDINS), not the real graphs; "
         "*PubMed (real graph, synthetic features)* is PubMed's real citation graph with seeded synthetic features and labels (corgnn.datasets.load_pubmed_graph).",
         "Times are medians per training step (spread = IQR in results.csv); memory is the peak a step allocates beyond inputs, parameters and cached graph structures.",
     ]
