@@ -149,7 +149,7 @@ def test_bench_cli_imports_no_plotting_or_progress_bar():
 
 
 def test_every_experiment_is_one_complete_spec():
-    assert len(set(NAMES)) == len(NAMES) == 8
+    assert len(set(NAMES)) == len(NAMES) == 10
     for e in EXPERIMENTS:
         assert set(e.grids) == set(PRESETS), e.name
         assert set(e.expected_min) <= set(PRESETS), e.name
@@ -179,6 +179,8 @@ EXPECTED_PLOTS = {
     "gcn": ["gcn_speedup.png", "gcn_runtime.png"],
     "gat-caching": ["gat_caching_speedup.png", "gat_caching_memory.png", "gat_caching_runtime.png"],
     "gat": ["gat_speedup.png", "gat_runtime.png"],
+    "gatv2": ["gatv2_speedup.png", "gatv2_runtime.png", "gatv2_memory.png"],
+    "transformer": ["transformer_speedup.png", "transformer_runtime.png", "transformer_memory.png"],
     "formats": ["formats_runtime.png"],
     "memory": ["memory_gcn_layer.png"],
     "layers": [],

@@ -12,7 +12,10 @@ import pytest
 import torch
 
 from corgnn.datasets import (
+    DATASET_ORDER,
+    DATASETS,
     SBM_NAME,
+    STANDINS,
     TABLE5,
     DatasetNotFoundError,
     canonical_name,
@@ -169,6 +172,20 @@ def test_load_dataset_falls_back_to_a_labelled_stand_in(tmp_path):
     assert data.x.shape == (spec["nodes"], spec["features"]) and data.edge_index.size(1) == spec["edges"]
     again = load_dataset("pubmed", root=tmp_path, seed=3)
     assert torch.equal(again.edge_index, data.edge_index)  # seeded
+
+
+def test_synthetic_only_stand_in_random_20k(tmp_path):
+    """Issue 25's 20k-node 200k-edge graph: a stand-in only, never looked up on disk,
+    ordered by size among Table 5's datasets (which it does not join)."""
+    assert canonical_name("random-20k") == "Random-20k" and "Random-20k" not in DATASETS
+    assert set(DATASET_ORDER) == set(TABLE5) | set(STANDINS)
+    assert DATASET_ORDER.index("PubMed") < DATASET_ORDER.index("Random-20k") < DATASET_ORDER.index("Flickr")
+    data = load_dataset("Random-20k", root=tmp_path, seed=1)
+    assert data.name == "Random-20k (synthetic)" and data.synthetic is True
+    assert data.x.shape == (20000, 128) and data.edge_index.size(1) == 200000 and int(data.y.max()) == 7
+    assert torch.equal(load_dataset("Random-20k", seed=1).edge_index, data.edge_index)  # seeded
+    with pytest.raises(DatasetNotFoundError, match="stand-in only"):
+        load_dataset("Random-20k", allow_synthetic=False)
 
 
 # ------------------------------------------------------------ PubMed's real graph (LINQS)

@@ -8,6 +8,9 @@ data root, otherwise seeded synthetic stand-ins of the same shape.
   Planetoid's raw files are absent;
 * :func:`sbm_graph`: a seeded stochastic block model of OGB-Arxiv's size (a graph
   with community structure for kernel benchmarks; not one of Table 5's datasets);
+* :data:`STANDINS`: synthetic-only benchmark graphs beside Table 5's (``Random-20k``,
+  issue 25's 20k-node 200k-edge goal shape); :func:`load_dataset` and
+  :func:`synthetic` take their names too;
 * :func:`load_planetoid` (Cora, CiteSeer, PubMed: Planetoid raw files),
   :func:`load_flickr` (GraphSAINT/PyG raw files), :func:`load_ogb_arxiv` (OGB's raw
   CSVs): real data only, :class:`DatasetNotFoundError` otherwise.
@@ -47,6 +50,8 @@ __all__ = [
     "PLANETOID",
     "TABLE5",
     "DATASETS",
+    "STANDINS",
+    "DATASET_ORDER",
     "find_data_root",
     "load_planetoid",
     "load_flickr",
@@ -75,6 +80,21 @@ TABLE5 = {
     "Flickr": dict(nodes=89250, edges=899756, features=500, classes=7, max_degree=500),
     "OGB-Arxiv": dict(nodes=169343, edges=1166243, features=128, classes=40, max_degree=436),
 }
+
+
+STANDINS = {
+    # issue 25's goal shape for the attention layers (a 2-layer 8-head model's step on
+    # a 20k-node 200k-edge graph); 128 features and 8 classes as the issue's script
+    "Random-20k": dict(nodes=20000, edges=200000, features=128, classes=8, max_degree=200),
+}
+"""Synthetic-only benchmark graphs beside Table 5's: name -> shape (the keys of
+:data:`TABLE5`). No real files exist; :func:`load_dataset` always returns the seeded
+:func:`synthetic` graph (named ``"<Name> (synthetic)"``)."""
+
+_SHAPES = {**TABLE5, **STANDINS}
+
+DATASET_ORDER = ("Cora", "CiteSeer", "PubMed", "Random-20k", "Flickr", "OGB-Arxiv")
+"""Every dataset name, smallest graph first (the order of benchmark tables and plots)."""
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -160,7 +180,8 @@ def synthetic(name: str, seed: int = 0, *, nodes: int | None = None, edges: int 
     uniform. The result is labelled ``synthetic=True`` and ``name="<Name> (synthetic)"``.
 
     Args:
-        name: a key of :data:`TABLE5` (case-insensitive; "arxiv" also accepted).
+        name: a key of :data:`TABLE5` or :data:`STANDINS` (case-insensitive; "arxiv"
+            also accepted).
         seed: RNG seed (same seed, same graph).
         nodes, edges, features: override the Table 5 sizes (tests use small ones).
 
@@ -171,7 +192,7 @@ def synthetic(name: str, seed: int = 0, *, nodes: int | None = None, edges: int 
     from torch_geometric.data import Data
 
     canon = canonical_name(name)
-    spec = TABLE5[canon]
+    spec = _SHAPES[canon]
     n = nodes or spec["nodes"]
     q = edges or spec["edges"]
     m = features or spec["features"]
@@ -248,9 +269,9 @@ def canonical_name(name: str) -> str:
     key = name.strip().lower()
     if key.endswith(")") and " (" in key:  # a reported name: "PubMed (synthetic)", "Cora (synthetic, tiny)"
         key = key[: key.index(" (")]
-    table = {k.lower(): k for k in TABLE5} | _ALIASES
+    table = {k.lower(): k for k in _SHAPES} | _ALIASES
     if key not in table:
-        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(TABLE5)} (aliases: {sorted(_ALIASES)})")
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(_SHAPES)} (aliases: {sorted(_ALIASES)})")
     return table[key]
 
 
@@ -632,7 +653,8 @@ def _check_loaded(label: str, data) -> None:
 
 
 def load_dataset(name: str, root=None, seed: int = 0, *, allow_synthetic: bool = True):
-    """One of Table 5's datasets: the real one when its files are found, else a stand-in.
+    """One of Table 5's datasets: the real one when its files are found, else a stand-in
+    (always the stand-in for the synthetic-only :data:`STANDINS`).
 
     Real formats searched (see the module docstring for the data-root search):
     Planetoid raw files for Cora, CiteSeer and PubMed (:func:`load_planetoid`),
@@ -661,6 +683,10 @@ def load_dataset(name: str, root=None, seed: int = 0, *, allow_synthetic: bool =
         DatasetNotFoundError: no real files and ``allow_synthetic=False``.
     """
     canon = canonical_name(name)
+    if canon in STANDINS:
+        if not allow_synthetic:
+            raise DatasetNotFoundError(f"{canon} is a synthetic stand-in only (corgnn.datasets.STANDINS); it has no real files")
+        return synthetic(canon, seed)
     try:
         if canon in ("Cora", "CiteSeer", "PubMed"):
             data = load_planetoid(canon, root)

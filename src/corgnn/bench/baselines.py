@@ -3,9 +3,10 @@
 Variants (the ``variant`` column of the results):
 
 ================================  ==================================================
-``corgnn``                        corgnn, ``scheme="auto"`` (GCN) / ``cache="auto"`` (GAT)
+``corgnn``                        corgnn, ``scheme="auto"`` (GCN) / ``cache="auto"``
+                                  (GAT, GATv2, TransformerConv)
 ``corgnn:<scheme>``               corgnn GCN with a forced scheme (``cost.GCN_SCHEMES``)
-``corgnn:cache=<scheme>``         corgnn GAT with a forced caching scheme
+``corgnn:cache=<scheme>``         corgnn GAT/GATv2/Transformer with a forced caching scheme
 ``corgnn:format=<fmt>``           corgnn with the adjacency in format ``fmt``
 ``corgnn:dense-x``                ablation: corgnn with its sparse-input-feature path
                                   off (Cora/CiteSeer bag-of-words features are used
@@ -24,6 +25,12 @@ Variants (the ``variant`` column of the results):
 Each variant belongs to a *family* (the ``family`` column, :func:`family`): ``"pyg"``
 (the baselines corgnn's speed-ups are taken over), ``"corgnn"``, or ``"floor"`` (a
 reference for the work any scheme must do, never a baseline).
+
+Models (the ``model`` argument of :func:`build`): ``"gcn"``, ``"gcn-layer"``, the
+attention models of :data:`ATTENTION_MODELS` (2-layer 8-head networks of PyG's
+``GATConv``, ``GATv2Conv`` or ``TransformerConv``, :class:`PygAttention`, against
+corgnn's registry models ``gat``, ``gatv2``, ``transformer``) and the
+:data:`LAYER_MODELS`.
 
 PyG models use the same parameters as corgnn's (widths, heads, bias, self-loops,
 normalisation). PyG's ``GCNConv`` is built with ``cached=True``: the normalised
@@ -44,7 +51,7 @@ __all__ = [
     "DenseFeatures",
     "GraphData",
     "PygGCN",
-    "PygGAT",
+    "PygAttention",
     "DenseFloor",
     "FLOOR",
     "family",
@@ -52,14 +59,19 @@ __all__ = [
     "estimate_step_bytes",
     "PYG_VARIANTS",
     "GAT_HEADS",
+    "ATTENTION_MODELS",
 ]
 
 PYG_VARIANTS = ("pyg-coo", "pyg-csr", "pyg-coo-compiled")
 FLOOR = "dense-floor"
 """Variant name of the dense-work floor (:class:`DenseFloor`)."""
 GAT_HEADS = 8
-"""Heads of both GAT layers (paper §"Evaluation": two GAT layers with 8 heads each;
-the first concatenates, the second averages)."""
+"""Heads of both layers of the attention models (paper §"Evaluation": two GAT layers
+with 8 heads each; the first concatenates, the second averages)."""
+ATTENTION_MODELS = ("gat", "gatv2", "transformer")
+"""The 2-layer 8-head attention models: PyG's ``GATConv``, ``GATv2Conv`` and
+``TransformerConv`` (:class:`PygAttention`) against corgnn's registry models of the
+same names (:data:`corgnn.nn.models.MODELS`)."""
 
 
 class Unavailable(RuntimeError):
@@ -150,18 +162,31 @@ class PygGCN(nn.Module):
         return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
 
 
-class PygGAT(nn.Module):
-    """The paper's 2-layer, 8-head GAT from PyG's ``GATConv`` (or ``FusedGATConv``):
-    ``conv(heads, concat) -> ELU -> conv(heads, mean)``."""
+class PygAttention(nn.Module):
+    """The paper's 2-layer, 8-head GAT recipe from PyG's attention layers:
+    ``conv(heads, concat) -> ELU -> conv(heads, mean)``, each ``conv`` PyG's
+    ``GATConv`` (``layer="gat"``; ``FusedGATConv`` with ``fused``), ``GATv2Conv``
+    (``"gatv2"``) or ``TransformerConv`` (``"transformer"``), with PyG's defaults
+    otherwise (GATv2: self-loops, separate source/target weights; TransformerConv: no
+    self-loops, ``root_weight``, no ``beta``), as corgnn's models of the same name.
 
-    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, heads: int = GAT_HEADS, fused: bool = False):
+    Raises:
+        ValueError: ``layer`` not in :data:`ATTENTION_MODELS`, or ``fused`` with a
+            layer other than ``"gat"``.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, heads: int = GAT_HEADS, fused: bool = False, layer: str = "gat"):
         super().__init__()
-        from torch_geometric.nn import GATConv
+        import torch_geometric.nn as pyg
 
+        if layer not in ATTENTION_MODELS:
+            raise ValueError(f"layer must be one of {ATTENTION_MODELS}, got {layer!r}")
+        if fused and layer != "gat":
+            raise ValueError("fused exists for layer='gat' only (PyG's FusedGATConv)")
         if fused:
             from torch_geometric.nn.conv import FusedGATConv as conv
         else:
-            conv = GATConv
+            conv = {"gat": pyg.GATConv, "gatv2": pyg.GATv2Conv, "transformer": pyg.TransformerConv}[layer]
         kw = dict(add_self_loops=False) if fused else {}
         # NOTE: PyG 2.8.1's FusedGATConv.forward calls `self.lin_src`, which GATConv
         # only creates for bipartite (tuple) in_channels; passing (m, m) creates it
@@ -261,8 +286,9 @@ def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: 
 
     Args:
         variant: see the module docstring.
-        model: ``"gcn"`` (2-layer GCN, ReLU), ``"gat"`` (2-layer 8-head GAT, ELU) or
-            ``"gcn-layer"`` (one GCN layer ``m -> hidden``).
+        model: ``"gcn"`` (2-layer GCN, ReLU), ``"gcn-layer"`` (one GCN layer
+            ``m -> hidden``), one of :data:`ATTENTION_MODELS` (2-layer 8-head network,
+            ELU) or of :data:`LAYER_MODELS`.
         g: the dataset.
         hidden: hidden width (per head for GAT; the output width for a layer).
         out_channels: output width of the full networks (default ``g.num_classes``).
@@ -279,8 +305,8 @@ def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: 
 
     if model in LAYER_MODELS:
         return _layer_model(variant, model, g, hidden, g.num_classes if out_channels is None else out_channels)
-    if model not in ("gcn", "gat", "gcn-layer"):
-        raise ValueError(f"model must be 'gcn', 'gat' or 'gcn-layer', got {model!r}")
+    if model not in ("gcn", "gcn-layer") + ATTENTION_MODELS:
+        raise ValueError(f"model must be one of {('gcn', 'gcn-layer') + ATTENTION_MODELS + LAYER_MODELS}, got {model!r}")
     c = g.num_classes if out_channels is None else out_channels
     m, device = g.m, g.x.device
     if variant == "corgnn" or variant.startswith("corgnn:"):
@@ -288,9 +314,9 @@ def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: 
         if model == "gcn-layer":
             mod = cnn.GCNConv(m, hidden, **opts)
         else:  # the registry's model (corgnn.nn.models.MODELS), dropout 0 as in the paper's benchmarks
-            if "cache" in opts:  # (GAT's caching scheme is the registry's scheme)
+            if "cache" in opts:  # (an attention model's caching scheme is the registry's scheme)
                 opts["scheme"] = opts.pop("cache")
-            extra = {"heads": GAT_HEADS, "out_heads": GAT_HEADS} if model == "gat" else {}
+            extra = {"heads": GAT_HEADS, "out_heads": GAT_HEADS} if model in ATTENTION_MODELS else {}
             mod = build_model(model, m, c, hidden=hidden, dropout=0.0, **extra, **opts)
         if variant == "corgnn:dense-x":
             if model == "gcn-layer":
@@ -309,7 +335,7 @@ def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: 
         reason = _fused_gat_reason(device)
         if reason:
             raise Unavailable(reason)
-        return PygGAT(m, hidden, c, fused=True).to(device), (g.x,) + tuple(g.fused_gat_graph)
+        return PygAttention(m, hidden, c, fused=True).to(device), (g.x,) + tuple(g.fused_gat_graph)
     if model == "gcn":
         mod = PygGCN(m, hidden, c)
     elif model == "gcn-layer":
@@ -317,7 +343,7 @@ def build(variant: str, model: str, g: GraphData, hidden: int, *, out_channels: 
 
         mod = GCNConv(m, hidden, cached=True)
     else:
-        mod = PygGAT(m, hidden, c)
+        mod = PygAttention(m, hidden, c, layer=model)
     mod = mod.to(device)
     graph = g.adj_t if variant == "pyg-csr" else g.edge_index
     if variant == "pyg-coo-compiled":
@@ -368,11 +394,11 @@ def _corgnn_options(variant: str, model: str) -> dict:
     if spec.startswith("format="):
         return {"format": spec.split("=", 1)[1]}
     if spec.startswith("cache="):
-        if model != "gat":
-            raise ValueError(f"{variant}: cache= applies to GAT only")
+        if model not in ATTENTION_MODELS:
+            raise ValueError(f"{variant}: cache= applies to the attention models {ATTENTION_MODELS} only")
         return {"cache": spec.split("=", 1)[1]}
-    if model == "gat":
-        raise ValueError(f"{variant}: GAT variants are corgnn:cache=<scheme> or corgnn:format=<fmt>")
+    if model in ATTENTION_MODELS:
+        raise ValueError(f"{variant}: {model} variants are corgnn:cache=<scheme> or corgnn:format=<fmt>")
     return {"scheme": spec}
 
 
@@ -381,19 +407,23 @@ def estimate_step_bytes(variant: str, model: str, g: GraphData, hidden: int) -> 
 
     Used only to skip cells that would exhaust RAM (recorded as missing points). The
     gather/scatter variants materialise per-edge messages of ``width`` floats (the
-    widest layer's: ``max(hidden, classes)`` for GCN, ``heads x`` that for GAT) for
-    each of the ``q + n`` edges (self-loops included): PyG's COO GCN keeps about two such tensors alive at its
-    peak and PyG's GATs (COO, CSR and compiled alike) about four; the estimate
-    allows 3 and 5. Every variant also holds node-sized arrays: about eight
-    ``n x max(m, width)``. (Measured on the synthetic OGB-Arxiv: PyG COO GCN at
-    hidden 256 peaks at 2.9 GiB, estimated 5.1 GiB; PyG GAT at hidden 8, 7.6 GiB,
-    estimated 9.9 GiB.)
+    widest layer's: ``max(hidden, classes)`` for GCN, ``heads x`` that for the
+    attention models) for each of the ``q + n`` edges (self-loops included): PyG's
+    COO GCN keeps about two such tensors alive at its peak, PyG's GATs (COO, CSR and
+    compiled alike) about four, its eager GATv2 and TransformerConv about ten
+    (compiled: about three); the estimate allows 3, 5, 11 and 4. Every variant also
+    holds node-sized arrays: about eight ``n x max(m, width)``. (Measured on the
+    synthetic OGB-Arxiv: PyG COO GCN at hidden 256 peaks at 2.9 GiB, estimated 5.1
+    GiB; PyG GAT at hidden 8, 7.6 GiB, estimated 9.9 GiB. On the 20k-node 200k-edge
+    ``Random-20k`` at hidden 8: PyG GATv2 COO 544 MiB, compiled 168 MiB.)
     """
     # the widest layer: hidden, or the output layer (classes; 8 x 40 per edge for the GAT on OGB-Arxiv)
-    width = max(hidden, g.num_classes) * (GAT_HEADS if model == "gat" else 1)
+    width = max(hidden, g.num_classes) * (GAT_HEADS if model in ATTENTION_MODELS else 1)
     e = g.q + g.n
     if model == "gat" and variant in PYG_VARIANTS:
         per_edge = 5
+    elif model in ATTENTION_MODELS and variant in PYG_VARIANTS:
+        per_edge = 4 if variant == "pyg-coo-compiled" else 11
     elif variant == "pyg-coo":
         per_edge = 3
     else:

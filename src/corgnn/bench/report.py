@@ -186,10 +186,11 @@ def speedup_table(rows: list[dict], experiment: str, ours: str, baselines: tuple
 def dataset_rank(name: str) -> int:
     """Position of a reported dataset name (``"Cora"``, ``"PubMed (synthetic)"``,
     ``"PubMed (real graph, synthetic features)"``...) in
-    Table 5's order (smallest graph first); 99 for other names."""
-    from ..datasets import DATASETS
+    :data:`corgnn.datasets.DATASET_ORDER` (Table 5's order with the synthetic-only
+    stand-ins placed by size; smallest graph first); 99 for other names."""
+    from ..datasets import DATASET_ORDER
 
-    return next((i for i, c in enumerate(DATASETS) if name.startswith(c)), 99)
+    return next((i for i, c in enumerate(DATASET_ORDER) if name.startswith(c)), 99)
 
 
 def _datasets_in_order(keys) -> list[str]:
@@ -307,10 +308,13 @@ def plot_stacked(
     return _save(fig, path, rect=(0, min(0.3, 0.035 * legend_rows * 3 / len(facets)), 1, 1))
 
 
-def plot_speedup(table: dict, path: Path, *, title: str, ylabel: str = "speedup over fastest PyG", legend_title: str = "hidden") -> Path | None:
+def plot_speedup(
+    table: dict, path: Path, *, title: str, ylabel: str = "speedup over fastest PyG", legend_title: str = "hidden", goal: float | None = None
+) -> Path | None:
     """Bars of ``table`` (from :func:`speedup_table` or the same shape) per dataset
     (groups) and hidden size (bars); geometric mean per dataset as a black marker and
-    overall as a dashed black line; 1.0 marked."""
+    overall as a dashed black line; 1.0 marked, and ``goal`` (if given) as a dotted
+    red line."""
     if not table:
         return None
     plt = _plt()
@@ -329,6 +333,8 @@ def plot_speedup(table: dict, path: Path, *, title: str, ylabel: str = "speedup 
     overall = geomean(v[0] for v in table.values())
     ax.axhline(overall, color="black", ls="--", lw=1, label=f"geomean {overall:.2f}")
     ax.axhline(1.0, color="grey", lw=0.8)
+    if goal is not None:
+        ax.axhline(goal, color="tab:red", ls=":", lw=1.5, label=f"goal {goal:g}")
     ax.set_xticks(range(len(datasets)))
     ax.set_xticklabels([d.replace(" (", "\n(", 1) for d in datasets], fontsize=8)  # "PubMed\n(real graph, synthetic features)"
     ax.set_ylabel(ylabel)

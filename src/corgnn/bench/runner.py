@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from . import report
-from .baselines import GAT_HEADS, GraphData, Unavailable, build, estimate_step_bytes, family
+from .baselines import ATTENTION_MODELS, GAT_HEADS, GraphData, Unavailable, build, estimate_step_bytes, family
 from .harness import StepTimeout, TrainStep, default_mem_cap, machine_info, time_interleaved, warm_up
 from .spec import OPS, PRESETS, TINY_SHAPE, CellSpec, ExperimentSpec, Preset
 
@@ -136,7 +136,7 @@ class Runner:
     def _row(self, c: CellSpec, g: GraphData, phase: str, **result) -> None:
         """:meth:`record` with the shape of graph ``g``."""
         out = c.hidden if c.model in ("gcn-layer",) + OPS else g.num_classes
-        self.record(c, phase, dataset=g.name, synthetic=g.synthetic, n=g.n, q=g.q, m=g.m, out=out, heads=GAT_HEADS if c.model == "gat" else 1, **result)
+        self.record(c, phase, dataset=g.name, synthetic=g.synthetic, n=g.n, q=g.q, m=g.m, out=out, heads=GAT_HEADS if c.model in ATTENTION_MODELS else 1, **result)
 
     def _missing(self, c: CellSpec, g: GraphData, reason: str) -> None:
         for phase in self._phases(c):
@@ -409,7 +409,7 @@ def write_report(experiments: list[ExperimentSpec], rows: list[dict], meta: dict
         f"device {m['device']} {m['gpu']}".rstrip(),
         f"Settings: {meta['settings']}; wall time {meta.get('wall_s', math.nan) / 60:.1f} min.",
         "",
-        "Datasets marked *(synthetic)* are seeded stand-ins with Table 5's shape (corgnn.datasets.synthetic), not the real graphs; "
+        "Datasets marked *(synthetic)* are seeded stand-ins with Table 5's shape (corgnn.datasets.synthetic; Random-20k: corgnn.datasets.STANDINS), not the real graphs; "
         "*PubMed (real graph, synthetic features)* is PubMed's real citation graph with seeded synthetic features and labels (corgnn.datasets.load_pubmed_graph).",
         "Times are medians per training step (spread = IQR in results.csv); memory is the peak a step allocates beyond inputs, parameters and cached graph structures.",
     ]

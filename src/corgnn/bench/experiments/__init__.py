@@ -1,7 +1,7 @@
 """The paper's evaluation (§"Evaluation", appendix "GCN Evaluation") as ``corgnn bench``
 experiments, run against PyTorch Geometric in the same process.
 
-Each module declares one experiment as a
+Each module declares one experiment (``attention``: two) as a
 :class:`~corgnn.bench.spec.ExperimentSpec` named ``SPEC`` (its cells, summary,
 plots, grid per preset and expected minutes), and :data:`EXPERIMENTS` lists them:
 the ``corgnn bench`` subcommands, ``all`` and ``report`` all come from it.
@@ -14,6 +14,9 @@ module             experiment (``corgnn bench NAME``)
 ``gcn``            ``gcn``: 2-layer GCN vs the PyG baselines on the five datasets
 ``gat_caching``    ``gat-caching``: 2-layer 8-head GAT, the four caching schemes
 ``gat``            ``gat``: 2-layer 8-head GAT vs the PyG baselines
+``attention``      ``gatv2`` and ``transformer``: 2-layer 8-head GATv2 and
+                   TransformerConv networks vs PyG's, time and peak memory with
+                   issue 25's goals per cell (one module, two specs)
 ``formats``        ``formats``: GCN and SpMM/SDDMM in every sparse format vs CSC
 ``memory``         ``memory``: peak memory of one GCN layer per scheme and for PyG
 ``layers``         ``layers``: PyG's GraphSAGE/GIN/SGC/APPNP vs the same after optimize
@@ -43,11 +46,13 @@ adds about half a minute of imports, dataset generation and plots (see
 from __future__ import annotations
 
 from ..spec import ExperimentSpec
-from . import changing_graphs, formats, gat, gat_caching, gcn, gcn_layer, layers, memory
+from . import attention, changing_graphs, formats, gat, gat_caching, gcn, gcn_layer, layers, memory
 
 __all__ = ["EXPERIMENTS"]
 
-EXPERIMENTS: tuple[ExperimentSpec, ...] = (gcn_layer.SPEC, gcn.SPEC, gat_caching.SPEC, gat.SPEC, formats.SPEC, memory.SPEC, layers.SPEC, changing_graphs.SPEC)
+EXPERIMENTS: tuple[ExperimentSpec, ...] = (
+    gcn_layer.SPEC, gcn.SPEC, gat_caching.SPEC, gat.SPEC, *attention.SPECS, formats.SPEC, memory.SPEC, layers.SPEC, changing_graphs.SPEC,
+)
 """Every experiment of ``corgnn bench``, in the order of ``all``, of the subcommands
 and of the sections of ``summary.md``."""
 
