@@ -84,20 +84,25 @@ def test_env_var_forces_backend_process_wide():
     assert out.stdout.strip() == "torch"
 
 
+def threads_after(first_call: str) -> list[str]:
+    """``[torch threads, numba threads]`` printed by a fresh process that sets torch to
+    1 thread, imports torch, numba and corgnn, then runs ``first_call`` (its first
+    corgnn kernels)."""
+    code = "import torch, numba, corgnn; torch.set_num_threads(1)\n" + first_call + "\nprint(torch.get_num_threads(), numba.get_num_threads())"
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
 def test_numba_kernels_keep_the_users_torch_thread_count():
     """Numba's OpenMP layer, launched by the first kernel, used to reset torch's thread
     count (``torch.set_num_threads(1)`` became all cores); Numba now follows torch."""
-    code = (
-        "import torch, numba; torch.set_num_threads(1)\n"
+    assert threads_after(
         "from corgnn.graph import Graph; from corgnn.sparse import spmm, use_backend\n"
         "A = Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3).gcn_adjacency()\n"
         "with use_backend('numba'):\n"
-        "    spmm(A, torch.ones(3, 4))\n"
-        "print(torch.get_num_threads(), numba.get_num_threads())"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["1", "1"], out.stdout + out.stderr
+        "    spmm(A, torch.ones(3, 4))"
+    ) == ["1", "1"]
 
 
 def test_a_sparse_feature_conversion_first_keeps_the_users_torch_thread_count():
@@ -105,17 +110,12 @@ def test_a_sparse_feature_conversion_first_keeps_the_users_torch_thread_count():
     their own when a layer's first call converted sparse features before any SpMM
     (``GCNConv(normalize=False, add_self_loops=False)`` on bag-of-words): torch's
     thread count was reset the same way."""
-    code = (
-        "import torch, numba, corgnn; torch.set_num_threads(1)\n"
+    assert threads_after(
         "from torch_geometric.nn import GCNConv\n"
         "m = corgnn.optimize(GCNConv(8, 4, normalize=False, add_self_loops=False))\n"
         "x = torch.zeros(300, 8); x[::7, 3] = 1.0\n"
-        "m(x, torch.randint(0, 300, (2, 900)))\n"
-        "print(torch.get_num_threads(), numba.get_num_threads())"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["1", "1"], out.stdout + out.stderr
+        "m(x, torch.randint(0, 300, (2, 900)))"
+    ) == ["1", "1"]
 
 
 def test_half_precision_runs_on_torch_backend_in_float32():
