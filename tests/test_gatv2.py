@@ -414,3 +414,23 @@ def test_saved_tensors_follow_the_plan(cache, share_weights):
     q = Graph(ei, num_nodes=n).gat_adjacency().nnz
     want = gatv2_bytes_saved(cache, n, q, 2, 3, 5, value_bytes=8, include_input=True, shared=share_weights)
     assert sum(saved) == want + 8  # + the attention-dropout seed (one int64), not a mask
+
+
+@pytest.mark.parametrize("biases", [True, False])
+def test_stacked_projections_equal_separate_gemms_and_autograd(biases):
+    from corgnn.functional.projection import stacked_projection_grads, stacked_projections
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    ws = tuple(torch.randn(6, 5, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(3))
+    bs = tuple(torch.randn(6, dtype=torch.float64, generator=g) for _ in range(3)) if biases else (None,) * 3
+    outs = stacked_projections(x, ws, bs, heads=2)
+    for out, w, b in zip(outs, ws, bs):
+        ref = x @ w.t() + (0 if b is None else b)
+        assert out.shape == (11, 2, 3) and torch.allclose(out.flatten(1), ref)
+    dPs = tuple(torch.randn(11, 6, dtype=torch.float64, generator=g) for _ in range(3))
+    *dws, dx = stacked_projection_grads(dPs, x.detach(), tuple(w.detach() for w in ws), True, True)
+    auto = torch.autograd.grad([o.flatten(1) for o in outs], (*ws, x), dPs)
+    for got, want in zip((*dws, dx), auto):
+        assert torch.allclose(got, want)
+    assert stacked_projection_grads(dPs, x.detach(), ws, False, False) == (None, None, None, None)

@@ -29,6 +29,7 @@ from ..sparse.attention import DropoutSpec, gatv2_attention_backward, gatv2_atte
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import edge_softmax, spmm
 from .gat import entry_endpoints
+from .projection import stacked_projection_grads, stacked_projections
 
 __all__ = ["GATv2Function", "gatv2_conv", "gatv2_attention"]
 
@@ -43,7 +44,16 @@ def _side(x: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | Non
     return out.unflatten(1, (heads, -1))
 
 
+def _stacked(x_r, w_r, xs) -> bool:
+    """Whether ``XL, XR`` come from one GEMM with ``w_l, w_r`` stacked
+    (:func:`~corgnn.functional.projection.stacked_projections`, ``x`` read once): one
+    input, two weights, dense features."""
+    return x_r is None and w_r is not None and xs is None
+
+
 def _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads, xs=None):
+    if _stacked(x_r, w_r, xs):
+        return stacked_projections(x_l, (w_l, w_r), (b_l, b_r), heads)
     XL = _side(x_l, w_l, b_l, heads, xs)
     XR = XL if w_r is None else _side(x_l if x_r is None else x_r, w_r, b_r, heads, xs)
     return XL, XR
@@ -101,6 +111,7 @@ class GATv2Function(torch.autograd.Function):
         keep_row = (alpha, None) if cache == "edge_weights" else (None, lse)
         ctx.shared = XR is XL
         ctx.same_x = x_r is None
+        ctx.stacked = _stacked(x_r, w_r, xs)
         ctx.xs = xs if (cache == "none" or need_wl or need_wr) else None
         ctx.save_for_backward(keep_xl, keep_xr, w_l, b_l, w_r, b_r, att, *keep_side, *keep_row, seed)
         return _finish(out3, concat, bias)
@@ -131,6 +142,13 @@ class GATv2Function(torch.autograd.Function):
             if ctx.shared:
                 dXL = dXL + dXR
             dXL = dXL.flatten(1)
+            if ctx.stacked and x_l is not None:
+                dXR = dXR.flatten(1)
+                gwl, gwr, gxl = stacked_projection_grads((dXL, dXR), x_l, (w_l, w_r), need[2] or need[4], need[0])
+                gwl, gwr = (gwl if need[2] else None), (gwr if need[4] else None)
+                gbl = dXL.sum(0) if need[3] else None
+                gbr = dXR.sum(0) if need[5] else None
+                return gxl, gxr, gwl, gbl, gwr, gbr, gatt, gb, None, None, None, None, None, None, None, None
             xr_eff = x_l if ctx.same_x else x_r
             if need[2]:
                 gwl = _weight_grad(dXL, x_l, ctx.xs)

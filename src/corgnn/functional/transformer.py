@@ -43,6 +43,7 @@ from ..sparse.attention_dot import dot_attention_backward, dot_attention_forward
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import edge_softmax, sddmm, spmm
 from ..sparse.rng import DropoutSpec
+from .projection import stacked_projection_grads, stacked_projections
 
 __all__ = ["TransformerFunction", "transformer_conv", "dot_attention", "project_heads"]
 
@@ -59,7 +60,16 @@ def project_heads(x: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tens
     return P.unflatten(1, (heads, -1))  # (not view(n, heads, -1): ambiguous when n = 0)
 
 
+def _one_gemm(x_dst, xs) -> bool:
+    """Whether ``Q, K, V`` come from one GEMM with the three weights stacked
+    (:func:`~corgnn.functional.projection.stacked_projections`): one node set (queries
+    from ``x_src``) and dense features."""
+    return x_dst is None and xs is None
+
+
 def _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs):
+    if _one_gemm(x_dst, xs):  # (X read once: :mod:`corgnn.functional.projection`)
+        return stacked_projections(x_src, (wq, wk, wv), (bq, bk, bv), heads)
     Q = project_heads(x_src if x_dst is None else x_dst, wq, bq, heads, xs if x_dst is None else None)
     return Q, project_heads(x_src, wk, bk, heads, xs), project_heads(x_src, wv, bv, heads, xs)
 
@@ -131,7 +141,7 @@ class TransformerFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         need_w = need[2] or need[4] or need[6]
         ctx.A, ctx.heads, ctx.concat, ctx.p, ctx.cache, ctx.scale = A, heads, concat, p, cache, scale
-        ctx.one_set = x_dst is None
+        ctx.one_set, ctx.stacked = x_dst is None, _one_gemm(x_dst, xs)
         ctx.xs = xs if (need_w or cache == "none") else None
         keep_x = need_w or cache == "none"
         keep_src = x_src if keep_x and xs is None else None
@@ -179,6 +189,13 @@ class TransformerFunction(torch.autograd.Function):
                 grads[8] = dattr
         dQ, dK, dV = dQ.flatten(1), dK.flatten(1), dV.flatten(1)
         one_set = ctx.one_set
+        if ctx.stacked and x_src is not None:
+            gwq, gwk, gwv, gx = stacked_projection_grads((dQ, dK, dV), x_src, (wq, wk, wv), need[2] or need[4] or need[6], need[0])
+            for i, (slot, d) in enumerate(((2, dQ), (4, dK), (6, dV))):
+                grads[slot] = (gwq, gwk, gwv)[i] if need[slot] else None
+                grads[slot + 1] = d.sum(0) if need[slot + 1] else None
+            grads[0] = gx
+            return tuple(grads)
         for slot, d, w, x in ((2, dQ, wq, x_src if one_set else x_dst), (4, dK, wk, x_src), (6, dV, wv, x_src)):
             if need[slot]:
                 # NOTE: dW = dP^T X = (X^T dP)^T; with sparse X a transposed SpMM over its non-zeros
