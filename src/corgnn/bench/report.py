@@ -25,6 +25,7 @@ from pathlib import Path
 from .harness import geomean
 
 __all__ = [
+    "short_variant",
     "COLUMNS",
     "write_results",
     "read_results",
@@ -210,7 +211,7 @@ def speedup_markdown(table: dict, what: str) -> str:
         cells = []
         for h in hiddens:
             s = table.get((d, h))
-            cells.append("-" if s is None else f"{s[0]:.2f} ({_short(s[1])})" + (" †" if len(s) > 4 and s[4] else ""))
+            cells.append("-" if s is None else f"{s[0]:.2f} ({short_variant(s[1])})" + (" †" if len(s) > 4 and s[4] else ""))
         gm = geomean(table[(d, h)][0] for h in hiddens if (d, h) in table)
         body.append([d] + cells + [f"**{gm:.2f}**"])
     overall = geomean(v[0] for v in table.values())
@@ -226,7 +227,8 @@ def speedup_markdown(table: dict, what: str) -> str:
     )
 
 
-def _short(variant: str) -> str:
+def short_variant(variant: str) -> str:
+    """The short name of a PyG variant in tables (``pyg-coo`` -> ``coo``, ...)."""
     return {"pyg-coo": "coo", "pyg-csr": "csr", "pyg-coo-compiled": "comp", "pyg-fused": "fused"}.get(variant, variant)
 
 

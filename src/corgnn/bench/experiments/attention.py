@@ -108,8 +108,8 @@ def goal_markdown(table: dict, label: str) -> str:
     for key in by_dataset_and_hidden(table):
         g = table[key]
         body.append([
-            key[0], key[1], f"{g.speedup:.2f} ({report._short(g.fastest)})", f">= {g.speed_goal:g}", "yes" if g.speedup >= g.speed_goal else "no",
-            "-" if not math.isfinite(g.memory_ratio) else f"{g.memory_ratio:.2f} ({report._short(g.lowest)})",
+            key[0], key[1], f"{g.speedup:.2f} ({report.short_variant(g.fastest)})", f">= {g.speed_goal:g}", "yes" if g.speedup >= g.speed_goal else "no",
+            "-" if not math.isfinite(g.memory_ratio) else f"{g.memory_ratio:.2f} ({report.short_variant(g.lowest)})",
             "yes" if g.memory_ratio <= GOAL_MEMORY else "no", "-" if not math.isfinite(g.memory_ratio_coo) else f"{g.memory_ratio_coo:.2f}",
             "yes" if g.meets else "no",
         ])

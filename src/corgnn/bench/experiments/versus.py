@@ -71,7 +71,7 @@ def goal_markdown(table: dict) -> str:
     if not table:
         return "No cells with corgnn and a PyG baseline measured.\n"
     body = [
-        [d, h, f"{s:.2f} ({report._short(best)})", "-" if not math.isfinite(r) else f"{r:.2f}", "yes" if ok else "no"]
+        [d, h, f"{s:.2f} ({report.short_variant(best)})", "-" if not math.isfinite(r) else f"{r:.2f}", "yes" if ok else "no"]
         for (d, h), (s, best, r, ok) in ((k, table[k]) for k in by_dataset_and_hidden(table))
     ]
     met = sum(1 for v in table.values() if v[3])
