@@ -31,6 +31,7 @@ def test_available_backends_lists_reasons():
 
 
 def test_cuda_dispatch_prefers_triton_and_falls_back_with_reason(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)  # (automatic dispatch, also in CI's forced-Triton pass)
     from corgnn.sparse import dispatch
     from corgnn.sparse.backends import TritonBackend
 
@@ -50,7 +51,8 @@ def test_cuda_dispatch_prefers_triton_and_falls_back_with_reason(monkeypatch):
         select(Case("spmm_rows", "cuda", torch.float32))
 
 
-def test_default_dispatch_and_forcing():
+def test_default_dispatch_and_forcing(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)  # (automatic dispatch, also in CI's forced-Triton pass)
     case = Case("spmm_rows", "cpu", torch.float32)
     assert select(case).name == "numba"
     with use_backend("torch"):
