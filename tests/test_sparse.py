@@ -367,3 +367,22 @@ def test_transposed_spmm_reads_cached_walk_values_and_follows_in_place_changes()
     other = torch.randn(A.nnz, dtype=torch.float64)
     torch.testing.assert_close(spmm(A, B, transpose=True, values=other), dense(A, other).t() @ B)
     assert other not in _WALK_VALUES
+
+
+def test_numba_row_plan_arrays_follow_an_in_place_edit_of_the_pattern():
+    """The numba backend keeps a pattern's kernel arrays on its row pointer (one
+    attribute read per call); an in-place edit of the pattern's arrays (a new version)
+    or another ``idx`` with the same pointer must not reuse them."""
+    rowptr = torch.tensor([0, 2, 3, 5])
+    col = torch.tensor([0, 2, 1, 0, 2])
+    B = torch.randn(3, 4, dtype=torch.float64)
+    A = CSR(rowptr, col, None, (3, 3))
+    with use_backend("numba"):
+        first = spmm(A, B)
+        torch.testing.assert_close(first, A.to_dense().double() @ B)
+        rowptr[1:] = torch.tensor([1, 3, 5])  # (in place: rows of 1, 2 and 2 entries)
+        A2 = CSR(rowptr, col, None, (3, 3))
+        torch.testing.assert_close(spmm(A2, B), A2.to_dense().double() @ B)
+        col2 = torch.tensor([2, 2, 1, 1, 0])  # (same pointer, other columns)
+        A3 = CSR(rowptr, col2, None, (3, 3))
+        torch.testing.assert_close(spmm(A3, B), A3.to_dense().double() @ B)

@@ -409,26 +409,35 @@ class Graph:
         self-loop), so GIN's ``A + (1 + eps) I`` is the same pattern with new values;
         ``diagonal_value`` (a float, with ``diagonal``) is added to every diagonal
         entry: ``A + c I`` for a constant ``c = 1 + eps``, cached per ``c`` and shared
-        by every layer with that ``c`` (one build of the pattern for all).
+        by every layer with that ``c`` (on CPU built in the same one pass as the
+        pattern, ``c`` summed into existing self-loops; elsewhere the pattern's values
+        plus ``c`` on its diagonal).
 
         Raises:
             ValueError: ``aggr`` not "sum", "add" or "mean".
         """
         aggr = "sum" if aggr == "add" else aggr
         key = ("aggr", aggr, dtype, bool(weighted and self.edge_weight is not None), bool(diagonal))
+        ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
+        n = self.num_nodes
         if diagonal and diagonal_value != 0.0:
             vkey = key + ("diagonal-value", float(diagonal_value))
             csr = self._cache.get(vkey)
             if csr is None:
-                base = self.aggr_adjacency(aggr, dtype=dtype, weighted=weighted, diagonal=True)
-                with torch.no_grad():
-                    val = torch.add(base.val, self.diagonal_mask(aggr, dtype=dtype, weighted=weighted), alpha=float(diagonal_value))
-                csr = self._cache[vkey] = base.with_values(val)
+                if build.supported(self.device, dtype):  # A + cI in the one pass (c summed into existing loops)
+                    ptr, col, val, _ = build.adjacency_csr(
+                        self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_DIAGONAL, fill=float(diagonal_value),
+                        norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
+                    )
+                    csr = self._cache[vkey] = CSR(ptr, col, val, (n, n), check=False)
+                else:
+                    base = self.aggr_adjacency(aggr, dtype=dtype, weighted=weighted, diagonal=True)
+                    with torch.no_grad():
+                        val = torch.add(base.val, self.diagonal_mask(aggr, dtype=dtype, weighted=weighted), alpha=float(diagonal_value))
+                    csr = self._cache[vkey] = base.with_values(val)
             return self._format(vkey, csr, format)
         csr = self._cache.get(key)
         if csr is None:
-            ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
-            n = self.num_nodes
             if build.supported(self.device, dtype):
                 ptr, col, val, entry = build.adjacency_csr(
                     self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_DIAGONAL if diagonal else build.LOOPS_KEEP, fill=0.0,

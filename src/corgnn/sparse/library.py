@@ -48,7 +48,6 @@ Paper: appendix "Common Sparse Operators" (Listings 1-2), "GAT Forward Pass",
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 
@@ -134,7 +133,7 @@ def _decompose(case_of, name, mode, op, types, args, kwargs):
     dynamo never traces the dispatch code."""
     case = case_of(*args)
     if not isinstance(case.heads, (int, type(None))):  # a symbolic head count (dynamic shapes)
-        case = dataclasses.replace(case, heads=None)  # no backend decides on it; keeps Case hashable
+        case = case._replace(heads=None)  # no backend decides on it; keeps Case hashable
     traced = select(case).traceable(name)
     if traced is None:
         return mode.__torch_dispatch__(op, types, args, kwargs)

@@ -14,7 +14,6 @@ import functools
 import numba
 import numpy as np
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..rng import dropout_kernel_args
 from .base import Backend, Case
@@ -40,10 +39,14 @@ def _perm(perm) -> np.ndarray:
     return _NOPERM if perm is None else _np(perm)
 
 
+_EMPTY = {(dt, nd): np.empty((0,) * nd, dtype=_np_dtype_of) for dt, _np_dtype_of in ((torch.float32, np.float32), (torch.float64, np.float64)) for nd in range(4)}
+"""The kernels' "none" operand per (dtype, ndim): an empty array, never written."""
+
+
 def _vals(val, dense: torch.Tensor) -> np.ndarray:
     """Values as an array, or an empty one (all-ones pattern) shaped for the kernel."""
     if val is None:
-        return np.empty((0,) * (dense.dim() - 1), dtype=_np_dtype(dense.dtype))
+        return _EMPTY[dense.dtype, dense.dim() - 1]
     return _np(val)
 
 
@@ -61,24 +64,19 @@ def _chunks() -> int:
     return 8 * numba.get_num_threads()
 
 
-_CHUNKS = WeakIdKeyDictionary()
-"""``ptr`` tensor (by identity, held weakly: the entry dies with the pattern) ->
-``(threads, data address, ptr array, row chunks)``."""
+_WALK_ATTR = "_corgnn_numba_walk"
+"""Attribute of a pattern's ``ptr`` tensor holding its arrays as the kernels take them
+(:func:`_walk`): it lives and dies with the pattern, and a lookup is one attribute
+read (a weakly keyed dictionary cost ~1 us per kernel call, a tenth of this
+backend's per-call overhead on the small graphs of mini-batch training)."""
 
 
 def _row_chunks(ptr_t: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """``(ptr as an array, (T+1,) row boundaries)`` splitting rows into parallel tasks
     of about equal ``entries + rows`` (degrees are skewed: equal row counts would leave
-    one thread with the hubs); computed once per ``ptr`` tensor (at its data address)
-    and thread count, as a pattern is walked by several products per step."""
-    threads = numba.get_num_threads()
-    hit = _CHUNKS.get(ptr_t)
-    if hit is not None and hit[0] == threads and hit[1] == ptr_t.data_ptr():
-        return hit[2], hit[3]
+    one thread with the hubs), for Numba's thread count (:func:`_make_chunks`)."""
     ptr = _np(ptr_t)
-    chunks = _make_chunks(ptr, threads)
-    _CHUNKS[ptr_t] = (threads, ptr_t.data_ptr(), ptr, chunks)
-    return ptr, chunks
+    return ptr, _make_chunks(ptr, numba.get_num_threads())
 
 
 CHUNK_MIN_WORK = 4096
@@ -99,9 +97,21 @@ def _make_chunks(ptr: np.ndarray, threads: int) -> np.ndarray:
     return chunks
 
 
-def _walk(ptr, idx, perm):
+def _walk(ptr, idx, perm) -> tuple:
+    """``(ptr, idx, perm, row chunks)`` arrays of a row plan for the kernels, computed
+    once per pattern (kept on ``ptr``: :data:`_WALK_ATTR`) and torch thread count
+    (Numba's follows it: :func:`.numba_threads.launch`); recomputed when ``ptr`` was
+    modified in place or rebound (its version and address), or comes with another
+    ``idx`` / ``perm``, as a pattern is walked by several products per step."""
+    key = (torch.get_num_threads(), ptr.data_ptr(), None if ptr.is_inference() else ptr._version)  # (an inference tensor has no version)
+    hit = getattr(ptr, _WALK_ATTR, None)
+    if hit is not None and hit[0] == key and hit[1] is idx and hit[2] is perm:
+        return hit[3]
     p, chunks = _row_chunks(ptr)
-    return p, _np(idx), _perm(perm), chunks
+    arrays = (p, _np(idx), _perm(perm), chunks)
+    if not torch.compiler.is_compiling():
+        setattr(ptr, _WALK_ATTR, (key, idx, perm, arrays))
+    return arrays
 
 
 def _edge_arrays(Qe, attr, H: int, dtype) -> tuple[np.ndarray, np.ndarray]:
