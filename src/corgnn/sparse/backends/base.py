@@ -28,8 +28,8 @@ class Case(NamedTuple):
 
     NOTE: a NamedTuple (immutable, hashable), not a frozen dataclass: one is built per
     kernel call and is the key of dispatch's memo, and a tuple is built and hashed in
-    C (a frozen dataclass's ``__init__`` and ``__hash__`` run in Python, ~1.5 us of a
-    ~20 us dispatch on the small graphs of mini-batch training)."""
+    C (a frozen dataclass's ``__init__`` and ``__hash__`` run in Python: per-call
+    overhead that counts on the small graphs of mini-batch training)."""
 
     op: str
     device: str
