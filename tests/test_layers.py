@@ -94,6 +94,21 @@ def test_gin_matches_pyg(kind, train_eps, scheme):
     assert not any(isinstance(m, torch.nn.Identity) for m in ours.nn.modules())  # the Linear is back after the call
 
 
+def test_gin_with_a_parametrized_first_linear_matches_pyg():
+    """The layers read their Linears' weights from the parameter dict (no
+    ``Module.__getattr__`` per read); a ``torch.nn.utils.parametrize`` weight (here
+    weight norm) is a property there, read as such, with its gradients."""
+    from torch.nn.utils.parametrizations import weight_norm
+
+    ei, n = make_graph()
+    torch.manual_seed(0)
+    ref = pyg.GINConv(torch.nn.Sequential(weight_norm(torch.nn.Linear(6, 5)), torch.nn.ReLU(), torch.nn.Linear(5, 3))).to(D)
+    ours = cnn.GINConv(copy.deepcopy(ref.nn)).to(D)
+    ours.nn.load_state_dict(ref.nn.state_dict())
+    check_same(ref, ours, torch.randn(n, 6, dtype=D, requires_grad=True), ei)
+    assert "weight" not in ours.nn[0]._parameters  # (the property path was taken)
+
+
 @pytest.mark.parametrize("K", [0, 2])
 @pytest.mark.parametrize("scheme", ["auto", "transform-first", "propagate-first"])
 @pytest.mark.parametrize("x_grad,weights", [(True, False), (False, False), (False, True)])

@@ -20,7 +20,10 @@ from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
 from ..functional.gcn import GCNFunction, feature_transform, entry_values
 from ..graph import AGGREGATIONS, Graph, GraphCache, aggr_edge_weights
 from ..sparse.registry import check_format_name
-from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, check_value_grad, sparse_values_weigh
+from .base import (
+    CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, check_value_grad, parameter, sparse_values_weigh,
+    submodule, weight_and_bias,
+)
 
 __all__ = ["SAGEConv", "GraphConv"]
 
@@ -55,7 +58,7 @@ class _AggregateLinear(CorgnnConv):
         self.last_plan: GCNPlan | None = None
 
     def _dtype_param(self) -> torch.Tensor:
-        return getattr(self, self._agg).weight
+        return parameter(submodule(self, self._agg), "weight")
 
     def adjacency(self, graph: Graph, dtype: torch.dtype):
         """The aggregation matrix ``A (n, n)`` of this layer on ``graph``, cached on it."""
@@ -93,11 +96,10 @@ class _AggregateLinear(CorgnnConv):
         A = self.adjacency(graph, dtype)
         plan = self.plan(graph, src if src is not None else SparseView(dtype), None if src_sparse is None else src_sparse.nnz)
         self.last_plan = plan
-        agg = getattr(self, self._agg)
-        out = GCNFunction.apply(src, agg.weight, agg.bias, A, plan.scheme, src_sparse, self._edge_values(graph, A))
-        root = getattr(self, self._root, None)
+        out = GCNFunction.apply(src, *weight_and_bias(submodule(self, self._agg)), A, plan.scheme, src_sparse, self._edge_values(graph, A))
+        root = self._modules.get(self._root)
         if root is not None:
-            out = out + feature_transform(dense, root.weight, xs)
+            out = out + feature_transform(dense, parameter(root, "weight"), xs)
         return out
 
     def _edge_values(self, graph: Graph, A) -> torch.Tensor | None:

@@ -27,7 +27,7 @@ __all__ = [
     "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr", "SAMPLE_ROWS", "dense_sample_rules_out",
     "SparseView", "num_rows", "check_compiled_x", "UnsupportedOption", "check_message_passing_kwargs", "check_flow",
     "check_value_grad", "sparse_values_weigh", "message_passing_unsupported", "is_lazy", "not_parameters",
-    "adopt_parameters", "linear_params",
+    "adopt_parameters", "linear_params", "parameter", "submodule", "weight_and_bias",
 ]
 
 
@@ -380,6 +380,28 @@ def adopt_parameters(make, layer: nn.Module, params: dict) -> nn.Module:
     return new
 
 
+def parameter(module: nn.Module, name: str):
+    """``getattr(module, name)`` for one of its parameters, read from its parameter
+    dict (``Module.__getattr__`` costs ~1 us a read, and the layers read several
+    per call: per-call overhead that counts on small mini-batch graphs); anything
+    else (a buffer, a ``torch.nn.utils.parametrize`` property) through ``getattr``."""
+    params = module._parameters
+    return params[name] if name in params else getattr(module, name)
+
+
+def submodule(module: nn.Module, name: str) -> nn.Module:
+    """``getattr(module, name)`` for a child module, read from its module dict (as
+    :func:`parameter`)."""
+    mods = module._modules
+    return mods[name] if name in mods else getattr(module, name)
+
+
+def weight_and_bias(lin: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(lin.weight, lin.bias)`` of a Linear, read as :func:`parameter` reads them
+    (``bias`` None when the Linear has none)."""
+    return parameter(lin, "weight"), parameter(lin, "bias") if "bias" in lin._parameters else getattr(lin, "bias", None)
+
+
 def linear_params(layer, names: tuple[str, ...]) -> dict:
     """``{"<lin>.weight", "<lin>.bias"}`` of ``layer``'s ``Linear`` submodules ``names``
     (absent ones skipped): the parameters a converted layer adopts."""
@@ -556,7 +578,16 @@ class CorgnnConv(MessagePassing):
         if isinstance(x, torch.Tensor) and x.layout != torch.strided:
             x = self._torch_sparse_features(x)
         weight = self._dtype_param()  # (its rows: the columns of X Θ, the products that read x)
-        if isinstance(x, SparseFormat):
+        if isinstance(x, torch.Tensor) and x.grad_fn is not None:
+            # NOTE: an activation (the previous layer's output): a new tensor every call
+            # that needs a gradient, so it is never converted to a sparse matrix nor
+            # scanned for NaN (check_features), and caching its checks cannot pay: the
+            # same checks without FeatureCheck's per-tensor bookkeeping (~5 us of a
+            # ~15 us input path per layer and call on a mini-batch).
+            graph = self._graphs(edge_index, edge_weight, x.size(0) if x.dim() == 2 else None)
+            check_features("x", x, graph.num_nodes, self.in_channels)
+            dense, xs, dtype, device = x, None, x.dtype, x.device
+        elif isinstance(x, SparseFormat):
             graph = self._graphs(edge_index, edge_weight, x.shape[0])
             if x.shape != (graph.num_nodes, self.in_channels) or x.val is None or x.val.dim() != 1:
                 raise ValueError(f"sparse x must be ({graph.num_nodes}, {self.in_channels}) with values, got {x!r}")
@@ -576,6 +607,6 @@ class CorgnnConv(MessagePassing):
 
     def _dtype_param(self) -> torch.Tensor | None:
         """The parameter whose dtype the input features must have (None: any)."""
-        return self.lin.weight
+        return parameter(submodule(self, "lin"), "weight")
 
 

@@ -21,6 +21,7 @@ from ..sparse.registry import check_format_name
 from .base import (
     SPARSE_FEATURE_DENSITY, CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_compiled_x, check_flow,
     check_message_passing_kwargs, check_value_grad, dense_to_csr, dropout, message_passing_unsupported, not_parameters, num_rows,
+    parameter, submodule,
 )
 
 __all__ = ["GCNConv", "GCN", "dropout", "UnsupportedOption", "check_message_passing_kwargs", "SPARSE_FEATURE_DENSITY", "dense_to_csr"]
@@ -294,17 +295,17 @@ class GCNConv(CorgnnConv):
             return self._forward_batched(x, edge_index, edge_weight)
         graph, dense, xs, dtype = self._inputs(x, edge_index, edge_weight)
         check_value_grad(graph)
-        weight = self.lin.weight
+        weight, bias = parameter(submodule(self, "lin"), "weight"), parameter(self, "bias")
         A = self.adjacency(graph, dtype)
         plan = self.plan(graph, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
         if plan.scheme.reuse:
-            return GCNFunction.apply(self._propagation.get(dense, A), weight, self.bias, A, plan.scheme, None, None)
+            return GCNFunction.apply(self._propagation.get(dense, A), weight, bias, A, plan.scheme, None, None)
         if self._constant_input(dense, graph):
             self._propagation.remember(dense, A)
         else:
             self._propagation.clear()
-        return GCNFunction.apply(dense, weight, self.bias, A, plan.scheme, xs, self._edge_values(graph, A))
+        return GCNFunction.apply(dense, weight, bias, A, plan.scheme, xs, self._edge_values(graph, A))
 
     def _flow_edges(self, edge_index):
         """``edge_index`` as ``source_to_target`` sees it: flipped (``edge_index.flip(0)``,

@@ -15,20 +15,19 @@ the diagonal of the SDDMM ``dL/dA'`` the Function already computes. The rest of
 from __future__ import annotations
 
 import weakref
-from contextlib import contextmanager
 
 import torch
 from torch import nn
 from torch_geometric.nn.dense.linear import Linear as PygLinear
 from torch_geometric.nn.inits import reset
 
-from .._cache import TensorKey, Uncopied
+from .._cache import Uncopied
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
 from ..functional.gcn import GCNFunction, entry_values
 from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, sparse_values_weigh
+from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, sparse_values_weigh, weight_and_bias
 
 __all__ = ["GINConv"]
 
@@ -56,14 +55,14 @@ def _linear_at(module: nn.Module, slot) -> nn.Module:
     return module if slot[0] is None else slot[0]._modules[slot[1]]
 
 
-@contextmanager
-def _without(container: nn.Module, key: str):
-    """``container``'s module ``key`` replaced by an identity for the duration (its
-    output is computed already); restored on exit, also on an exception."""
+def _run_without(net: nn.Module, container: nn.Module, key: str, h: torch.Tensor) -> torch.Tensor:
+    """``net(h)`` with ``container``'s module ``key`` replaced by an identity for the
+    duration (its output ``h`` is computed already); restored on exit, also on an
+    exception. (A plain try/finally: a ``contextmanager`` costs ~2 us per call.)"""
     kept = container._modules[key]
     container._modules[key] = _IDENTITY
     try:
-        yield
+        return net(h)
     finally:
         container._modules[key] = kept
 
@@ -84,18 +83,22 @@ class _DiagonalMask(Uncopied):
 
 class _ConstantDiagonal(Uncopied):
     """``1 + eps`` as a float for an ``eps`` that takes no gradient, read once per
-    ``eps`` state (:class:`~corgnn._cache.TensorKey`: one host read per optimizer
-    change, none per call): a frozen ``eps`` makes GIN's matrix ``A + (1 + eps) I``
-    a constant of the graph, built once and shared by every layer with that value
-    (:meth:`corgnn.Graph.aggr_adjacency`'s ``diagonal_value``)."""
+    ``eps`` state (the tensor, its in-place version and data address: one host read
+    per optimizer change, none per call): a frozen ``eps`` makes GIN's matrix
+    ``A + (1 + eps) I`` a constant of the graph, built once and shared by every layer
+    with that value (:meth:`corgnn.Graph.aggr_adjacency`'s ``diagonal_value``).
+
+    NOTE: the key is checked in every call of every GIN layer, so it is the three
+    values a value read depends on, not a :class:`~corgnn._cache.TensorKey` (~3 us)."""
 
     def __init__(self):
-        self._key, self._value = None, None
+        self._ref, self._state, self._value = None, None, None
 
     def __call__(self, eps: torch.Tensor) -> float:
-        if self._key is None or not self._key.matches((eps,)):
+        state = (None if eps.is_inference() else eps._version, eps.data_ptr())
+        if self._ref is None or self._ref() is not eps or self._state != state:
             self._value = 1.0 + float(eps.detach().reshape(()))
-            self._key = TensorKey((eps,))
+            self._ref, self._state = weakref.ref(eps), state
         return self._value
 
 
@@ -162,23 +165,23 @@ class GINConv(CorgnnConv):
     def _slot(self):
         """:func:`first_linear` of ``nn``, memoised on ``nn``'s first child (one
         lookup per call instead of one per use; a replaced child is seen)."""
-        mods = self.nn._modules
-        first = next(iter(mods.values()), None)
+        net = self._modules["nn"]  # (self.nn without Module.__getattr__: this runs several times per call)
+        first = next(iter(net._modules.values()), None)
         hit = self.__dict__.get("_slot_memo")
-        if hit is not None and hit[0] is self.nn and hit[1] is first and (first is None or hit[3] is next(iter(first._modules.values()), None)):
+        if hit is not None and hit[0] is net and hit[1] is first and (first is None or hit[3] is next(iter(first._modules.values()), None)):
             return hit[2]
-        slot = first_linear(self.nn)
-        self.__dict__["_slot_memo"] = (self.nn, first, slot, None if first is None else next(iter(first._modules.values()), None))
+        slot = first_linear(net)
+        self.__dict__["_slot_memo"] = (net, first, slot, None if first is None else next(iter(first._modules.values()), None))
         return slot
 
     @property
     def in_channels(self) -> int | None:
-        slot = self._slot()
-        return None if slot is None else _linear_at(self.nn, slot).weight.size(1)
+        w = self._dtype_param()
+        return None if w is None else w.size(1)
 
     def _dtype_param(self) -> torch.Tensor | None:
         slot = self._slot()
-        return None if slot is None else _linear_at(self.nn, slot).weight
+        return None if slot is None else weight_and_bias(_linear_at(self._modules["nn"], slot))[0]
 
     def sparse_features_allowed(self) -> bool:
         return self._slot() is not None
@@ -195,9 +198,15 @@ class GINConv(CorgnnConv):
     def _constant_eps(self, mask: torch.Tensor | None) -> float | None:
         """``1 + eps`` (a float) when GIN's matrix is a constant of the graph in this
         call (no explain mask, no gradient for ``eps``), else None."""
-        if mask is not None or (self.eps.requires_grad and torch.is_grad_enabled()):
+        eps = self._eps()
+        if mask is not None or (eps.requires_grad and torch.is_grad_enabled()):
             return None
-        return self._constant_diagonal(self.eps)
+        return self._constant_diagonal(eps)
+
+    def _eps(self) -> torch.Tensor:
+        """``self.eps`` (a Parameter or a buffer) without ``Module.__getattr__``."""
+        eps = self._parameters.get("eps")
+        return self._buffers["eps"] if eps is None else eps
 
     def _values(self, A, graph: Graph, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Values of ``A + (1 + eps) I`` in ``A``'s entry order (differentiable w.r.t.
@@ -221,7 +230,7 @@ class GINConv(CorgnnConv):
         slot = self._slot()
         if slot is None:
             return None
-        W = _linear_at(self.nn, slot).weight
+        W = weight_and_bias(_linear_at(self._modules["nn"], slot))[0]
         A = self.adjacency(graph, x.dtype)
         dense = isinstance(x, torch.Tensor)
         x_grad = dense and x.requires_grad
@@ -250,17 +259,17 @@ class GINConv(CorgnnConv):
             A = self.adjacency(graph, dtype)
             values = self._values(A, graph, mask)
         slot = self._slot()
+        net = self._modules["nn"]
         if slot is None:
             self.last_plan = None
-            return self.nn(spmm(A, dense, values=values))
-        lin = _linear_at(self.nn, slot)
+            return net(spmm(A, dense, values=values))
+        lin = _linear_at(net, slot)
         plan = self.plan(graph, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
         self.last_plan = plan
-        h = GCNFunction.apply(dense, lin.weight, lin.bias, A, plan.scheme, xs, values)
+        h = GCNFunction.apply(dense, *weight_and_bias(lin), A, plan.scheme, xs, values)
         if slot[0] is None:  # nn is the Linear
             return h
-        with _without(*slot):
-            return self.nn(h)
+        return _run_without(net, *slot, h)
 
     def extra_repr(self) -> str:
         return f"scheme={self.scheme!r}, format={self.format!r}"

@@ -225,8 +225,8 @@ def _check_dense(name: str, t, device) -> None:
         raise ValueError(f"{name} is on {t.device} but A is on {device}")
 
 
-def _values(A: SparseFormat, values, heads: int | None, dtype):
-    """Entry values in ``A``'s order, validated; ``None`` = all-ones pattern."""
+def _values(A: SparseFormat, values, heads: int | None, dtype, device):
+    """Entry values in ``A``'s order, validated (``device``: ``A``'s); ``None`` = all-ones pattern."""
     if values is _Ones:
         return None
     val = A.val if values is None else values
@@ -239,8 +239,8 @@ def _values(A: SparseFormat, values, heads: int | None, dtype):
         raise ValueError(f"values must have shape {want} (one per stored entry{', per head' if heads else ''}), got {tuple(val.shape)}")
     if val.dtype != dtype:
         raise TypeError(f"values dtype {val.dtype} does not match B dtype {dtype}")
-    if val.device != A.device:
-        raise ValueError(f"values are on {val.device} but A is on {A.device}")
+    if val.device != device:
+        raise ValueError(f"values are on {val.device} but A is on {device}")
     return val
 
 
@@ -277,13 +277,14 @@ def spmm(
             ``bias``; no backend can run the case (the message gives each backend's reason).
     """
     _check_sparse(A)
-    _check_dense("B", B, A.device)
+    device = A.device
+    _check_dense("B", B, device)
     n, m = (A.shape[1], A.shape[0]) if transpose else A.shape
     if B.dim() not in (2, 3) or B.size(0) != m:
         raise ValueError(f"B must have shape ({m}, f) or ({m}, heads, f) to multiply op(A) of shape ({n}, {m}), got {tuple(B.shape)}")
-    val = _values(A, values, B.size(1) if B.dim() == 3 else None, B.dtype)
+    val = _values(A, values, B.size(1) if B.dim() == 3 else None, B.dtype, device)
     if bias is not None:
-        _check_dense("bias", bias, A.device)
+        _check_dense("bias", bias, device)
         if B.dim() != 2 or tuple(bias.shape) != (B.size(1),):
             raise ValueError(f"bias must have shape (f,) = ({B.size(-1)},) with a 2-D B, got bias {tuple(bias.shape)}, B {tuple(B.shape)}")
         if bias.dtype != B.dtype:
@@ -310,8 +311,9 @@ def sddmm(A: SparseFormat, B: torch.Tensor, C: torch.Tensor, *, values: torch.Te
         TypeError / ValueError: as :func:`spmm`, for ``B``, ``C`` and ``values``.
     """
     _check_sparse(A)
-    _check_dense("B", B, A.device)
-    _check_dense("C", C, A.device)
+    device = A.device
+    _check_dense("B", B, device)
+    _check_dense("C", C, device)
     n, m = A.shape
     if B.dim() == 2:
         if C.dim() != 2 or B.size(0) != n or C.size(1) != m or B.size(1) != C.size(0):
@@ -325,7 +327,7 @@ def sddmm(A: SparseFormat, B: torch.Tensor, C: torch.Tensor, *, values: torch.Te
         raise ValueError(f"B must be 2-D (n, f) or 3-D (n, h, f), got {tuple(B.shape)}")
     if B.dtype != C.dtype:
         raise TypeError(f"B dtype {B.dtype} does not match C dtype {C.dtype}")
-    val = _values(A, values, heads, B.dtype)
+    val = _values(A, values, heads, B.dtype, device)
     if _needs_grad(B, Ct, val):
         return _SDDMM.apply(B, Ct, val, A)
     return _sddmm_raw(A, B.contiguous(), Ct.contiguous(), val)
