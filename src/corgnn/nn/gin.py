@@ -231,7 +231,10 @@ class GINConv(CorgnnConv):
         if slot is None:
             return None
         W = weight_and_bias(_linear_at(self._modules["nn"], slot))[0]
-        A = self.adjacency(graph, x.dtype)
+        c = self._constant_eps(self.explain_mask(graph.edge_index, graph.num_nodes, loops=False))
+        # (the matrix this call multiplies by: A + cI for a frozen eps, else A's pattern
+        # with its diagonal; the same entries either way, but only that one is built)
+        A = self.adjacency(graph, x.dtype, 0.0 if c is None else c)
         dense = isinstance(x, torch.Tensor)
         x_grad = dense and x.requires_grad
         training = self._backward_will_run(x_grad)
