@@ -503,6 +503,30 @@ def test_a_dense_sample_rules_out_the_sparse_feature_count_only_for_dense_featur
     assert not dense_sample_rules_out(torch.ones(100, 8), 0)  # (small x: always counted in full)
 
 
+def test_a_stream_of_dense_new_features_is_recounted_only_every_few_tensors(monkeypatch):
+    """Features that arrive as a new tensor every call and keep being too dense (no-grad
+    activations) are counted only every DENSE_RECOUNT-th tensor; a sparse tensor in
+    the stream is converted from the next recount on, and every one after it."""
+    import corgnn.nn.base as base
+
+    counted = []
+    real = base.dense_sample_rules_out
+    monkeypatch.setattr(base, "dense_sample_rules_out", lambda x, limit: counted.append(1) or real(x, limit))
+    g = torch.Generator().manual_seed(0)
+    cache, R = base.FeatureCache(), base.DENSE_RECOUNT
+    n, m = 1000, 64
+    dense = [torch.randn(n, m, generator=g).relu() for _ in range(4 * R)]
+    for x in dense:
+        assert cache(x, n, m, width=64, training=False) is None
+    assert len(counted) == 1 + R + 3  # the first (no stream yet), R in a row, then a recount per R tensors
+    sparse = [torch.randn(n, m, generator=g) * (torch.rand(n, m, generator=g) < 0.01) for _ in range(2 * R)]
+    got = [cache(x, n, m, width=64, training=False) for x in sparse]
+    first = next(i for i, csr in enumerate(got) if csr is not None)
+    assert first < R  # converted from the next recount on ...
+    assert all(csr is not None for csr in got[first:])  # ... and every one after it
+    torch.testing.assert_close(got[-1].to_dense(), sparse[-1])
+
+
 def test_inference_on_activations_gives_pyg_outputs_with_and_without_sparse_inputs():
     torch.manual_seed(0)
     ei = torch.randint(0, 400, (2, 1600))

@@ -38,7 +38,7 @@ backward *instead of* ``X (n, m)``.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -345,7 +345,13 @@ def _plan_gcn_approximate(n, q, m, k, input_grad, training, scheme, machine, can
     if n < 0 or q < 0 or at == (n, q, x_nnz):
         return _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory)
     plan = _plan_gcn_memo(at[0], at[1], m, k, input_grad, training, scheme, machine, candidates, at[2], reuse, reuse_extra_memory)
-    return replace(plan, n=n, q=q, x_nnz=x_nnz, costed_at=at)
+    # NOTE: the rounded plan with the call's sizes, copied field by field:
+    # ``dataclasses.replace`` runs the generated ``__init__`` (~3 us), paid by every
+    # layer on every new mini-batch (its sizes miss the exact-size memo above).
+    out = object.__new__(GCNPlan)
+    out.__dict__.update(plan.__dict__)
+    out.__dict__.update(n=n, q=q, x_nnz=x_nnz, costed_at=at)
+    return out
 
 
 @functools.lru_cache(maxsize=1024)

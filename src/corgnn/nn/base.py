@@ -24,7 +24,7 @@ from ..sparse.formats import CSR, SparseFormat, ptr_from_sorted
 from ..sparse.torch_sparse import from_torch_sparse
 
 __all__ = [
-    "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr", "SAMPLE_ROWS", "dense_sample_rules_out",
+    "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "DENSE_RECOUNT", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr", "SAMPLE_ROWS", "dense_sample_rules_out",
     "SparseView", "num_rows", "check_compiled_x", "UnsupportedOption", "check_message_passing_kwargs", "check_flow",
     "check_value_grad", "sparse_values_weigh", "message_passing_unsupported", "is_lazy", "not_parameters",
     "adopt_parameters", "linear_params", "parameter", "submodule", "weight_and_bias",
@@ -106,11 +106,18 @@ class FeatureCache(FeatureCheck):
     tensor every call, e.g. a dropout's output), a new one is converted only if
     :func:`corgnn.cost.plan_feature_conversion` says one call's saving covers the
     conversion for a layer of ``width`` output columns (``last_conversion``
-    keeps that plan); without ``width`` the features count as reused."""
+    keeps that plan); without ``width`` the features count as reused.
+
+    Such a stream of new tensors that keeps being too dense (activations under
+    ``torch.no_grad``, about half non-zero) is counted only every
+    :data:`DENSE_RECOUNT` th tensor once :data:`DENSE_RECOUNT` in a row were too
+    dense: the others use the dense path without a count (a sparse tensor in such a
+    stream is converted from the next recount on; the dense path is exact either way)."""
 
     def __init__(self):
         super().__init__()
         self.last_conversion = None
+        self._dense_run = 0  # new tensors in a row (a stream) found too dense to convert
 
     def derive(self, x: torch.Tensor, width: int | None, training: bool) -> "CSR | None":
         if x.requires_grad or not x.numel():
@@ -127,18 +134,25 @@ class FeatureCache(FeatureCheck):
             if not plan_feature_conversion(n, m, 0, width, training=training, uses=1).convert:
                 self.last_conversion = plan_feature_conversion(n, m, limit, width, training=training, uses=1)
                 return None
-        if dense_sample_rules_out(x, limit):
+            if self._dense_run >= DENSE_RECOUNT and self._dense_run % DENSE_RECOUNT:
+                self._dense_run += 1
+                return None
+        ptr = None if dense_sample_rules_out(x, limit) else row_pointer(x)
+        if ptr is None or int(ptr[-1]) > limit:
+            self._dense_run = self._dense_run + 1 if seen_once else 0
             return None
-        ptr = row_pointer(x)
+        self._dense_run = 0
         nnz = int(ptr[-1])
-        if nnz > limit:
-            return None
         if seen_once:
             self.last_conversion = plan_feature_conversion(n, m, nnz, width, training=training, uses=1)
             if not self.last_conversion.convert:
                 return None
         return dense_to_csr(x, ptr)
 
+
+DENSE_RECOUNT = 8
+"""A stream of new feature tensors found too dense this many times in a row is then
+counted only every this many tensors (:class:`FeatureCache`)."""
 
 _NUMBA_DTYPES = (torch.float32, torch.float64)
 
