@@ -420,30 +420,31 @@ class Graph:
         key = ("aggr", aggr, dtype, bool(weighted and self.edge_weight is not None), bool(diagonal))
         ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
         n = self.num_nodes
-        if diagonal and diagonal_value != 0.0:
-            vkey = key + ("diagonal-value", float(diagonal_value))
+        c = float(diagonal_value) if diagonal else 0.0
+
+        def built(loops: int):  # (one counting-sort pass: CSR and each edge's entry)
+            ptr, col, val, entry = build.adjacency_csr(
+                self._edges(), ew, n, dtype=dtype, loops=loops, fill=c, norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
+            )
+            return CSR(ptr, col, val, (n, n), check=False), entry
+
+        if c != 0.0:
+            vkey = key + ("diagonal-value", c)
             csr = self._cache.get(vkey)
             if csr is None:
                 if build.supported(self.device, dtype):  # A + cI in the one pass (c summed into existing loops)
-                    ptr, col, val, _ = build.adjacency_csr(
-                        self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_DIAGONAL, fill=float(diagonal_value),
-                        norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
-                    )
-                    csr = self._cache[vkey] = CSR(ptr, col, val, (n, n), check=False)
+                    csr = self._cache[vkey] = built(build.LOOPS_DIAGONAL)[0]
                 else:
                     base = self.aggr_adjacency(aggr, dtype=dtype, weighted=weighted, diagonal=True)
                     with torch.no_grad():
-                        val = torch.add(base.val, self.diagonal_mask(aggr, dtype=dtype, weighted=weighted), alpha=float(diagonal_value))
+                        val = torch.add(base.val, self.diagonal_mask(aggr, dtype=dtype, weighted=weighted), alpha=c)
                     csr = self._cache[vkey] = base.with_values(val)
             return self._format(vkey, csr, format)
         csr = self._cache.get(key)
         if csr is None:
             if build.supported(self.device, dtype):
-                ptr, col, val, entry = build.adjacency_csr(
-                    self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_DIAGONAL if diagonal else build.LOOPS_KEEP, fill=0.0,
-                    norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
-                )
-                csr = self._cache[key] = CSR(ptr, col, val, (n, n), check=False)
+                csr, entry = built(build.LOOPS_DIAGONAL if diagonal else build.LOOPS_KEEP)
+                self._cache[key] = csr
                 if diagonal:  # (the entry of each node's diagonal: known from the build)
                     self._cache[key + ("diagonal",)] = torch.zeros(csr.nnz, dtype=dtype).index_fill_(0, entry[self.num_edges:], 1.0)
             else:

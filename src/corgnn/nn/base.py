@@ -138,11 +138,11 @@ class FeatureCache(FeatureCheck):
                 self._dense_run += 1
                 return None
         ptr = None if dense_sample_rules_out(x, limit) else row_pointer(x)
-        if ptr is None or int(ptr[-1]) > limit:
+        nnz = None if ptr is None else int(ptr[-1])
+        if nnz is None or nnz > limit:
             self._dense_run = self._dense_run + 1 if seen_once else 0
             return None
         self._dense_run = 0
-        nnz = int(ptr[-1])
         if seen_once:
             self.last_conversion = plan_feature_conversion(n, m, nnz, width, training=training, uses=1)
             if not self.last_conversion.convert:

@@ -27,7 +27,7 @@ from ..functional.gcn import GCNFunction, entry_values
 from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, sparse_values_weigh, weight_and_bias
+from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, sparse_values_weigh, submodule, weight_and_bias
 
 __all__ = ["GINConv"]
 
@@ -165,7 +165,7 @@ class GINConv(CorgnnConv):
     def _slot(self):
         """:func:`first_linear` of ``nn``, memoised on ``nn``'s first child (one
         lookup per call instead of one per use; a replaced child is seen)."""
-        net = self._modules["nn"]  # (self.nn without Module.__getattr__: this runs several times per call)
+        net = submodule(self, "nn")  # (not self.nn, Module.__getattr__: this runs several times per call)
         first = next(iter(net._modules.values()), None)
         hit = self.__dict__.get("_slot_memo")
         if hit is not None and hit[0] is net and hit[1] is first and (first is None or hit[3] is next(iter(first._modules.values()), None)):
@@ -181,7 +181,7 @@ class GINConv(CorgnnConv):
 
     def _dtype_param(self) -> torch.Tensor | None:
         slot = self._slot()
-        return None if slot is None else weight_and_bias(_linear_at(self._modules["nn"], slot))[0]
+        return None if slot is None else weight_and_bias(_linear_at(submodule(self, "nn"), slot))[0]
 
     def sparse_features_allowed(self) -> bool:
         return self._slot() is not None
@@ -230,7 +230,7 @@ class GINConv(CorgnnConv):
         slot = self._slot()
         if slot is None:
             return None
-        W = weight_and_bias(_linear_at(self._modules["nn"], slot))[0]
+        W = weight_and_bias(_linear_at(submodule(self, "nn"), slot))[0]
         c = self._constant_eps(self.explain_mask(graph.edge_index, graph.num_nodes, loops=False))
         # (the matrix this call multiplies by: A + cI for a frozen eps, else A's pattern
         # with its diagonal; the same entries either way, but only that one is built)
@@ -262,7 +262,7 @@ class GINConv(CorgnnConv):
             A = self.adjacency(graph, dtype)
             values = self._values(A, graph, mask)
         slot = self._slot()
-        net = self._modules["nn"]
+        net = submodule(self, "nn")
         if slot is None:
             self.last_plan = None
             return net(spmm(A, dense, values=values))

@@ -71,14 +71,6 @@ read (a weakly keyed dictionary cost ~1 us per kernel call, a tenth of this
 backend's per-call overhead on the small graphs of mini-batch training)."""
 
 
-def _row_chunks(ptr_t: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """``(ptr as an array, (T+1,) row boundaries)`` splitting rows into parallel tasks
-    of about equal ``entries + rows`` (degrees are skewed: equal row counts would leave
-    one thread with the hubs), for Numba's thread count (:func:`_make_chunks`)."""
-    ptr = _np(ptr_t)
-    return ptr, _make_chunks(ptr, numba.get_num_threads())
-
-
 CHUNK_MIN_WORK = 1024
 """Least ``entries + rows`` per parallel task: a small graph (a mini-batch of small
 graphs) runs as few tasks, so it pays no per-task cost it cannot win back.
@@ -113,8 +105,10 @@ def _walk(ptr, idx, perm) -> tuple:
     hit = getattr(ptr, _WALK_ATTR, None)
     if hit is not None and hit[0] == key and hit[1] is idx and hit[2] is perm:
         return hit[3]
-    p, chunks = _row_chunks(ptr)
-    arrays = (p, _np(idx), _perm(perm), chunks)
+    p = _np(ptr)
+    # (row chunks: tasks of about equal ``entries + rows``, degrees being skewed, for
+    # Numba's thread count: :func:`_make_chunks`)
+    arrays = (p, _np(idx), _perm(perm), _make_chunks(p, numba.get_num_threads()))
     if not torch.compiler.is_compiling():
         setattr(ptr, _WALK_ATTR, (key, idx, perm, arrays))
     return arrays

@@ -169,7 +169,7 @@ def spmm_rows(dist):
 
         ptr (n+1,) int64; idx (nnz,) int64; val (nnz,) float or empty (= all ones);
         perm (nnz,) int64 or empty; chunks (T+1,) row bounds of the parallel tasks
-        (about equal ``entries + rows`` each, see ``numba_cpu._row_chunks``); B (m, f);
+        (about equal ``entries + rows`` each, see ``numba_cpu._walk``); B (m, f);
         out (n, f) overwritten; bias (f,) or empty (= none), the row's starting value.
         """
         f = B.shape[1]
