@@ -120,6 +120,48 @@ def test_a_sparse_feature_conversion_first_keeps_the_users_torch_thread_count():
     ) == ["1", "1"]
 
 
+FIRST_GIN_CALL = (
+    "import sys, numpy as np, torch, numba, corgnn\n"
+    "from torch_geometric.nn import GINConv\n"
+    "m = corgnn.optimize(GINConv(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))))\n"
+    "m(torch.randn(50, 8), torch.randint(0, 50, (2, 200))).sum().backward()\n"
+    "print('linalg_after_first_call', 'scipy.linalg' in sys.modules)\n"
+)
+
+
+def first_call_then(code: str, **env_extra: str) -> dict[str, str]:
+    """``{key: value}`` printed by a fresh process that runs a GIN layer's first
+    forward/backward under ``optimize()`` (its first Numba kernels), then ``code``."""
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "CORGNN_NUMBA_BLAS_PROBE")}
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, "-c", FIRST_GIN_CALL + code], env=env, capture_output=True, text=True, check=True)
+    return dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+
+
+def test_numba_start_skips_the_scipy_linalg_import_and_blas_still_works():
+    """The first call no longer imports ``scipy.linalg`` (Numba's BLAS probe at start-up,
+    150-180 ms; ``numba_threads.load_target``), and nothing of SciPy or of Numba's BLAS
+    support is lost: a jitted ``np.dot`` and ``scipy.linalg.solve`` run afterwards."""
+    got = first_call_then(
+        "import numba.np.arraymath as am\n"
+        "print('have_blas', am._HAVE_BLAS)\n"
+        "print('probe_left', 'scipy.linalg.cython_blas' in sys.modules)\n"
+        "f = numba.njit(lambda a, b: np.dot(a, b))\n"
+        "a = np.arange(12.0).reshape(3, 4); b = np.ones((4, 2))\n"
+        "print('jit_dot_ok', bool(np.allclose(f(a, b), a @ b)))\n"
+        "import scipy.linalg\n"
+        "print('solve_ok', bool(np.allclose(scipy.linalg.solve(np.eye(3) * 2, np.ones(3)), 0.5)))\n"
+        "print('real_probe', hasattr(sys.modules['scipy.linalg.cython_blas'], '__pyx_capi__'))\n"
+    )
+    assert got == {"linalg_after_first_call": "False", "have_blas": "True", "probe_left": "False",
+                   "jit_dot_ok": "True", "solve_ok": "True", "real_probe": "True"}
+
+
+def test_numba_blas_probe_kept_on_request():
+    """``CORGNN_NUMBA_BLAS_PROBE=1`` leaves Numba's own start-up (it imports ``scipy.linalg``)."""
+    assert first_call_then("", CORGNN_NUMBA_BLAS_PROBE="1") == {"linalg_after_first_call": "True"}
+
+
 def test_half_precision_runs_on_torch_backend_in_float32():
     row, col, val, shape = make_coo("odd", F64)
     A = build("csr", row, col, val, shape)

@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from numba import njit
 
+from .backends.numba_threads import load_target
+
 __all__ = ["coo_to_csr", "adjacency_csr", "csr_to_csc", "LOOPS_KEEP", "LOOPS_REMAINING", "LOOPS_DIAGONAL", "LOOPS_REPLACE",
            "NORM_NONE", "NORM_SYMMETRIC", "NORM_MEAN", "supported"]
 
@@ -169,6 +171,7 @@ def coo_to_csr(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n
     ``entry[e]``: CSR position of input entry ``e``. O(q + n) (rows longer than 32
     entries are sorted by a merge sort). No validation: ``0 <= row < n``.
     """
+    load_target()
     has_val = val is not None
     v = val.detach().contiguous().numpy() if has_val else np.empty(0, dtype=np.float32)
     ptr, c, w, entry = _coo_to_csr_kernel(row.contiguous().numpy(), col.contiguous().numpy(), v, has_val, n, coalesce)
@@ -262,6 +265,7 @@ def adjacency_csr(
     CPU, ``dtype`` float32/float64 (:func:`supported`); no validation (ids in
     range: the caller's :class:`corgnn.Graph` checked them).
     """
+    load_target()
     ei = edge_index.contiguous().numpy()
     w = edge_weight.detach().to(dtype).contiguous().numpy() if edge_weight is not None else np.empty(0, dtype=_np_dtype(dtype))
     proto = np.empty(0, dtype=_np_dtype(dtype))
@@ -296,5 +300,6 @@ def csr_to_csc(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int):
     """``(colptr (m+1,), row (nnz,), perm (nnz,))`` int64 of the CSC of a CSR pattern
     (CPU): column-major, rows ascending within a column; ``perm[t]`` the CSR position
     of CSC entry ``t``. One counting sort, O(nnz + n + m)."""
+    load_target()
     colptr, row, perm = _csr_to_csc_kernel(rowptr.contiguous().numpy(), col.contiguous().numpy(), num_cols)
     return torch.from_numpy(colptr), torch.from_numpy(row), torch.from_numpy(perm)

@@ -1,5 +1,9 @@
-"""Numba's threading layer for corgnn's kernels: fast launches, and a forked child
-that works.
+"""Numba's process-wide start for corgnn's kernels: a cheaper load of its CPU target,
+fast launches of its threading layer, and a forked child that works.
+
+:func:`load_target` runs before corgnn's first Numba kernel of a process (see its
+note: it keeps ``scipy.linalg`` out of Numba's start-up). The rest of this module is
+the threading layer.
 
 Issue 23 item 6: after a parent process ran corgnn's parallel kernels, a child made
 by ``fork`` (``multiprocessing``'s default on Linux) hung in its first forward.
@@ -32,15 +36,58 @@ threads could; Numba then aborts the process): under it every kernel launch of t
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import sys
 import threading
+import types
 
 import numba
 import torch
 
-__all__ = ["launch", "launch_lock", "mark_launched", "serialised", "unusable_reason"]
+__all__ = ["load_target", "launch", "launch_lock", "mark_launched", "serialised", "unusable_reason"]
 
 _state = {"lock": threading.Lock(), "launched": False, "serial": True, "torch_omp": False, "layer": None, "unusable": None}
+
+
+_BLAS_PROBE = "scipy.linalg.cython_blas"
+
+
+@functools.cache
+def load_target() -> None:
+    """Import Numba's NumPy array support (``numba.np.arraymath``, part of its CPU
+    target) once, before corgnn's first Numba kernel in this process (every caller of a
+    kernel calls this or :func:`launch` first), without importing ``scipy.linalg``.
+
+    NOTE: at import, ``numba.np.arraymath`` probes for BLAS by importing
+    ``scipy.linalg.cython_blas``, and importing ``scipy.linalg`` (SciPy 1.17) costs
+    150-180 ms on the 2-core CI machine (its ``array_api_compat`` clones ``numpy``,
+    which imports ``numpy.f2py``: ~110 ms alone): half of a fresh process's first
+    call with ``optimize()`` (measured: GIN, one forward/backward, 289-354 ms with the
+    probe, 140-170 ms without). corgnn's kernels call no BLAS. So while Numba imports
+    that module, and only when ``scipy.linalg`` is not imported yet and SciPy is
+    installed, the probe is answered by an empty placeholder module, removed right
+    after the import. Numba then records BLAS as available (as the real probe would,
+    and it checks SciPy's integer width as usual) and imports the real
+    ``scipy.linalg.cython_blas`` the first time a jitted function needs BLAS
+    (``np.dot``, ``np.linalg``); ``import scipy.linalg`` afterwards is the real one
+    (``tests/test_library.py`` checks both in a fresh process).
+
+    The placeholder is visible to other threads for the length of that import (~20-40 ms):
+    a thread importing a SciPy Cython module that uses BLAS in exactly that window would
+    fail with an ImportError. Set ``CORGNN_NUMBA_BLAS_PROBE=1`` to keep Numba's own probe.
+    """
+    if "numba.np.arraymath" in sys.modules or _BLAS_PROBE in sys.modules or os.environ.get("CORGNN_NUMBA_BLAS_PROBE") == "1":
+        return
+    if "scipy" not in sys.modules and importlib.util.find_spec("scipy") is None:
+        return
+    placeholder = types.ModuleType(_BLAS_PROBE, "corgnn's stand-in for Numba's BLAS probe at start-up (removed after it)")
+    sys.modules[_BLAS_PROBE] = placeholder
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if sys.modules.get(_BLAS_PROBE) is placeholder:
+            del sys.modules[_BLAS_PROBE]
 
 
 @functools.cache
@@ -58,6 +105,7 @@ def launch() -> None:
     setting keeps the user's choice, and Numba follows it (capped at
     ``NUMBA_NUM_THREADS``).
     """
+    load_target()
     threads = torch.get_num_threads()
     numba.get_num_threads()  # launches the threading layer
     torch.set_num_threads(threads)
