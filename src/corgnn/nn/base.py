@@ -46,11 +46,19 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     return x * keep * (1.0 / (1.0 - p))
 
 
-SPARSE_FEATURE_DENSITY = 0.05
+SPARSE_FEATURE_DENSITY = 0.12
 """Constant input features at or below this fraction of non-zeros are used as a sparse
-matrix (Planetoid bag-of-words: Cora 1.3 %, CiteSeer 0.9 %). A dense GEMM runs tens
-of times more FLOP/s than a gather-based SpMM, so the switch pays off only well
-below ~10 % density."""
+matrix (Planetoid bag-of-words: Cora 1.3 %, CiteSeer 0.9 %, PubMed's TF-IDF ~10 %).
+
+NOTE: measured on the 2-core CI machine, ``X (19717, 500)`` (PubMed's shape) at
+density d, training's two products ``X W`` and ``X^T G`` (``W (500, k)``): corgnn's
+CSR SpMMs over the dense GEMMs took 0.42 / 0.40 / 0.70 of the time at d = 10 % for
+k = 16 / 64 / 256 (1 thread; 0.43 / 0.36 / 0.56 with 2), 0.51 / 0.46 / 0.79 at
+12 %, and broke even at ~20-25 % (k <= 64) and ~15 % (k = 256). 12 % keeps a
+margin for every width. It was 5 % until issue 25's measurements: raising it took a
+2-layer model's training step on PubMed (real graph, ~10 % dense features, 1 thread)
+from 23.7 to 12.0 ms (GCN), 91 to 75 ms (GAT), 171 to 135-144 ms (GATv2) and 234 to
+167 ms (TransformerConv)."""
 
 
 class FeatureCheck(Uncopied):
@@ -181,7 +189,7 @@ def dense_sample_rules_out(x: torch.Tensor, limit: int) -> bool:
     them: then ``x`` is not sparse and the full count is skipped. Activations without
     autograd (inference, ``torch.no_grad``) reach every layer as new constant tensors
     about half non-zero; one count over 64 rows (~3 us) instead of a pass over ``x``
-    per layer and call. A sparse ``x`` (Planetoid's ~1 % bag-of-words against the 5 %
+    per layer and call. A sparse ``x`` (Planetoid's ~1 % bag-of-words against the 12 %
     limit) is never ruled out by the margin; a wrong "not ruled out" only costs the
     full count."""
     n = x.size(0)
