@@ -114,6 +114,41 @@ def _walk(ptr, idx, perm) -> tuple:
     return arrays
 
 
+_POSITIONS_ATTR = "_corgnn_numba_positions"
+"""Attribute of a transposed walk's ``perm`` tensor holding :func:`_walk_positions`."""
+
+
+def _walk_positions(perm) -> np.ndarray:
+    """``pos (q,)`` int64 with ``pos[perm[j]] = j``: where each entry of the pattern
+    sits in the walk ``perm`` orders (the transposed walk of an attention backward),
+    or empty when ``perm`` is None (the walk is in entry order). The row kernels write
+    the per-entry arrays the transposed walk reads at these positions, so that it
+    reads them in sequence. Computed once per ``perm`` (kept on it, keyed as
+    :func:`_walk`)."""
+    if perm is None:
+        return _NOPERM
+    key = (perm.data_ptr(), None if perm.is_inference() else perm._version)
+    hit = getattr(perm, _POSITIONS_ATTR, None)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    p = _np(perm)
+    pos = np.empty(p.shape[0], dtype=np.int64)
+    pos[p] = np.arange(p.shape[0], dtype=np.int64)
+    if not torch.compiler.is_compiling():
+        setattr(perm, _POSITIONS_ATTR, (key, pos))
+    return pos
+
+
+def _walk_order(per_entry: torch.Tensor, perm) -> torch.Tensor:
+    """``per_entry (q, ...)`` rows in the order of the walk ``perm`` orders (row ``j``
+    = entry ``perm[j]``; ``perm`` None: already so), by :func:`.numba_kernels.scatter_rows`."""
+    if perm is None:
+        return per_entry
+    out = torch.empty_like(per_entry)
+    k.scatter_rows(_walk_positions(perm), per_entry.numpy(), out.numpy(), _chunks())
+    return out
+
+
 def _edge_arrays(Qe, attr, H: int, dtype) -> tuple[np.ndarray, np.ndarray]:
     """``(Qe (n, H, F), attr (q, F))`` arrays of the attention kernels' edge features,
     or empty ones (no edge features)."""
@@ -341,9 +376,7 @@ class NumbaBackend(Backend):
         thresh, dscale, lo, hi = _seed(p, seed, dt)
         none = np.empty((0, H), dtype=_np_dtype(dt))
         cached = alpha is not None
-        de = torch.empty(q, H, dtype=dt)
-        # the dropped attention is written out unless the cached alpha can be read as is
-        alpha_d = torch.empty(q if (p > 0 or not cached) else 0, H, dtype=dt)
+        ea = torch.empty(q, 2, H, dtype=dt)  # (de, the dropped attention) per entry
         dQ = torch.empty(Q.shape, dtype=dt)
         dQe = torch.empty((0, H, 0) if attr is None else (Q.shape[0], H, attr.shape[1]), dtype=dt)
         dattr = torch.empty((0, 0) if attr is None else tuple(attr.shape), dtype=dt)
@@ -352,11 +385,11 @@ class NumbaBackend(Backend):
         Gn, Qn, sc = _np(G), _np(Q), _scalar(scale, dt)
         tk.dot_attention_backward_rows(
             *_walk(ptr, idx, perm), Gn, Qn, _np(K), _np(V), _np(D), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
-            none if lse is None else _np(lse), sc, thresh, dscale, lo, hi, de.numpy(), alpha_d.numpy(), dQ.numpy(),
-            dQe.numpy(), dattr.numpy(),
+            none if lse is None else _np(lse), sc, thresh, dscale, lo, hi, ea.numpy(), dQ.numpy(), dQe.numpy(), dattr.numpy(),
         )
         dK = torch.empty(K.shape, dtype=dt)
         dV = torch.empty(V.shape, dtype=dt)
-        ad = alpha_d.numpy() if alpha_d.size(0) else _np(alpha)
-        tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), Gn, Qn, ad, de.numpy(), sc, dK.numpy(), dV.numpy())
+        tp, ti, _, tchunks = _walk(tptr, tidx, tperm)
+        ea = _walk_order(ea, tperm)
+        tk.dot_attention_backward_cols(tp, ti, tchunks, Gn, Qn, ea.numpy(), sc, dK.numpy(), dV.numpy())
         return dQ, dK, dV, dQe, dattr
