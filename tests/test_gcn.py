@@ -255,6 +255,25 @@ def test_sparse_features_match_pyg(cora):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+def test_sparse_feature_cutoff_depends_on_the_layer_width():
+    """~8 %-dense constant features (PubMed's TF-IDF is ~10 %) run sparse in a 64-wide
+    layer, where the SpMMs win, and dense in a 512-wide one, where they do not
+    (``corgnn.nn.base.sparse_feature_density``); a GCN model decides by its first layer."""
+    from corgnn.nn.base import SPARSE_FEATURE_DENSITY, SPARSE_FEATURE_DENSITY_WIDE, WIDE_LAYER, sparse_feature_density
+
+    assert sparse_feature_density(WIDE_LAYER) == SPARSE_FEATURE_DENSITY > 0.08 > SPARSE_FEATURE_DENSITY_WIDE == sparse_feature_density(WIDE_LAYER + 1)
+    ei, n = make_graph()
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(n, 200, generator=g) * (torch.rand(n, 200, generator=g) < 0.08)
+    for width, sparse in ((64, True), (512, False)):
+        ref, ours = pair(200, width, torch.float32)
+        torch.testing.assert_close(ours(x, ei), ref(x, ei), rtol=1e-4, atol=1e-5)
+        assert (ours._features.newest is not None) is sparse, width
+        model = GCN(200, width, 3)
+        model(x, ei)
+        assert (model.conv1._features.newest is not None) is sparse, width
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_sparse_features_every_scheme_float64(scheme):
     ei, n = make_graph()

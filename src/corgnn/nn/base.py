@@ -24,7 +24,7 @@ from ..sparse.formats import CSR, SparseFormat, ptr_from_sorted
 from ..sparse.torch_sparse import from_torch_sparse
 
 __all__ = [
-    "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "DENSE_RECOUNT", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr", "SAMPLE_ROWS", "dense_sample_rules_out",
+    "CorgnnConv", "dropout", "SPARSE_FEATURE_DENSITY", "SPARSE_FEATURE_DENSITY_WIDE", "WIDE_LAYER", "sparse_feature_density", "DENSE_RECOUNT", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr", "SAMPLE_ROWS", "dense_sample_rules_out",
     "SparseView", "num_rows", "check_compiled_x", "UnsupportedOption", "check_message_passing_kwargs", "check_flow",
     "check_value_grad", "sparse_values_weigh", "message_passing_unsupported", "is_lazy", "not_parameters",
     "adopt_parameters", "linear_params", "parameter", "submodule", "weight_and_bias",
@@ -54,11 +54,32 @@ NOTE: measured on the 2-core CI machine, ``X (19717, 500)`` (PubMed's shape) at
 density d, training's two products ``X W`` and ``X^T G`` (``W (500, k)``): corgnn's
 CSR SpMMs over the dense GEMMs took 0.42 / 0.40 / 0.70 of the time at d = 10 % for
 k = 16 / 64 / 256 (1 thread; 0.43 / 0.36 / 0.56 with 2), 0.51 / 0.46 / 0.79 at
-12 %, and broke even at ~20-25 % (k <= 64) and ~15 % (k = 256). 12 % keeps a
-margin for every width. It was 5 % until issue 25's measurements: raising it took a
-2-layer model's training step on PubMed (real graph, ~10 % dense features, 1 thread)
-from 23.7 to 12.0 ms (GCN), 91 to 75 ms (GAT), 171 to 135-144 ms (GATv2) and 234 to
-167 ms (TransformerConv)."""
+12 %, and broke even at ~20-25 % (k <= 64) and ~15 % (k = 256); wider layers
+break even earlier (:data:`SPARSE_FEATURE_DENSITY_WIDE`). It was 5 % until issue
+25's measurements: raising it took a 2-layer model's training step on PubMed (real
+graph, ~10 % dense features, 1 thread) from 23.7 to 12.0 ms (GCN), 91 to 75 ms
+(GAT), 171 to 135-144 ms (GATv2) and 234 to 167 ms (TransformerConv)."""
+
+WIDE_LAYER = 256
+SPARSE_FEATURE_DENSITY_WIDE = 0.05
+"""The limit for a layer of more than :data:`WIDE_LAYER` output columns (at most
+:data:`SPARSE_FEATURE_DENSITY`; :func:`sparse_feature_density`).
+
+NOTE: measured as :data:`SPARSE_FEATURE_DENSITY` (2 threads): at k = 512 / 1024 the
+SpMMs took 0.65 / 0.62 of the GEMMs' time at 5 %, 0.77 / 0.90 at 8 %, and broke even
+at 10 % (a 2-layer GCN of 512 and 1024 hidden on PubMed ran 137.8 -> 156.9 and 283.5
+-> 297.2 ms a step with the 12 % limit for every width)."""
+
+
+def sparse_feature_density(width: int | None) -> float:
+    """The fraction of non-zeros at or below which constant features read by a layer
+    of ``width`` output columns (``Θ (m, width)``; None: unknown) are used as a sparse
+    matrix: :data:`SPARSE_FEATURE_DENSITY`, or :data:`SPARSE_FEATURE_DENSITY_WIDE` for
+    a layer wider than :data:`WIDE_LAYER` (a negative :data:`SPARSE_FEATURE_DENSITY`,
+    as the benchmarks set it: never)."""
+    if width is not None and width > WIDE_LAYER:
+        return min(SPARSE_FEATURE_DENSITY, SPARSE_FEATURE_DENSITY_WIDE)
+    return SPARSE_FEATURE_DENSITY
 
 
 class FeatureCheck(Uncopied):
@@ -131,7 +152,7 @@ class FeatureCache(FeatureCheck):
         if x.requires_grad or not x.numel():
             return None
         n, m = x.shape
-        limit = int(max(SPARSE_FEATURE_DENSITY, 0.0) * x.numel())  # (benchmarks set a negative density: never sparse)
+        limit = int(max(sparse_feature_density(width), 0.0) * x.numel())  # (benchmarks set a negative density: never sparse)
         if limit == 0:
             return None
         seen_once = self.previous_seen_once and width is not None
@@ -572,8 +593,10 @@ class CorgnnConv(MessagePassing):
 
     def sparse_features(self, x: torch.Tensor, num_nodes: int | None = None) -> "CSR | None":
         """Validate ``x`` (once per tensor version) and return its cached CSR if it is
-        constant (no grad) and at most :data:`SPARSE_FEATURE_DENSITY` non-zero."""
-        return self._features(x, x.size(0) if num_nodes is None else num_nodes, self.in_channels)
+        constant (no grad) and at most :func:`sparse_feature_density` (of this layer's
+        width) non-zero."""
+        weight = self._dtype_param()
+        return self._features(x, x.size(0) if num_nodes is None else num_nodes, self.in_channels, None if weight is None else weight.size(0))
 
     def sparse_features_allowed(self) -> bool:
         """Whether this layer can take sparse-only input features."""
