@@ -527,6 +527,27 @@ def test_a_stream_of_dense_new_features_is_recounted_only_every_few_tensors(monk
     torch.testing.assert_close(got[-1].to_dense(), sparse[-1])
 
 
+def test_a_stream_of_new_features_not_worth_converting_is_recounted_only_every_few_tensors(monkeypatch):
+    """New tensors under the density limit whose one-use conversion plan says "dense"
+    (a sampled subgraph's rows of ~10 %-dense features, under the 12 % limit) are not
+    counted in full on every call either: as a too-dense stream, every DENSE_RECOUNT-th."""
+    import corgnn.nn.base as base
+
+    counted = []
+    real = base.row_pointer
+    monkeypatch.setattr(base, "row_pointer", lambda x: counted.append(1) or real(x))
+    g = torch.Generator().manual_seed(0)
+    cache, R = base.FeatureCache(), base.DENSE_RECOUNT
+    n, m, width = 2000, 500, 64
+    assert base.sparse_feature_density(width) >= 0.1
+    stream = [torch.rand(n, m, generator=g) * (torch.rand(n, m, generator=g) < 0.1) for _ in range(4 * R)]
+    cache(stream[0], n, m, width=width, training=True)  # (no stream yet: converted as reused features)
+    for x in stream[1:]:
+        assert cache(x, n, m, width=width, training=True) is None
+    assert cache.last_conversion is not None and not cache.last_conversion.convert  # the plan's "dense", not the limit
+    assert len(counted) == 1 + R + 3
+
+
 def test_inference_on_activations_gives_pyg_outputs_with_and_without_sparse_inputs():
     torch.manual_seed(0)
     ei = torch.randint(0, 400, (2, 1600))

@@ -137,11 +137,12 @@ class FeatureCache(FeatureCheck):
     conversion for a layer of ``width`` output columns (``last_conversion``
     keeps that plan); without ``width`` the features count as reused.
 
-    Such a stream of new tensors that keeps being too dense (activations under
-    ``torch.no_grad``, about half non-zero) is counted only every
-    :data:`DENSE_RECOUNT` th tensor once :data:`DENSE_RECOUNT` in a row were too
-    dense: the others use the dense path without a count (a sparse tensor in such a
-    stream is converted from the next recount on; the dense path is exact either way)."""
+    Such a stream of new tensors that keeps being too dense, or not worth converting
+    for one use (activations under ``torch.no_grad``, about half non-zero; a sampled
+    subgraph's rows of ~10 %-dense features), is counted only every
+    :data:`DENSE_RECOUNT` th tensor once :data:`DENSE_RECOUNT` in a row were so: the
+    others use the dense path without a count (a sparse tensor in such a stream is
+    converted from the next recount on; the dense path is exact either way)."""
 
     def __init__(self):
         super().__init__()
@@ -171,11 +172,12 @@ class FeatureCache(FeatureCheck):
         if nnz is None or nnz > limit:
             self._dense_run = self._dense_run + 1 if seen_once else 0
             return None
-        self._dense_run = 0
         if seen_once:
             self.last_conversion = plan_feature_conversion(n, m, nnz, width, training=training, uses=1)
             if not self.last_conversion.convert:
+                self._dense_run += 1  # (not worth converting once: a stream of such tensors counts as too dense)
                 return None
+        self._dense_run = 0
         return dense_to_csr(x, ptr)
 
 
