@@ -119,6 +119,19 @@ def test_coo_to_csr_and_csc_by_counting_sort_equal_sorting(seed, coalesce):
     assert torch.equal(colptr, torch.searchsorted(c[order], torch.arange(m + 1)))
 
 
+@pytest.mark.parametrize("length", [33, 64, 300, 1025])
+def test_long_rows_are_sorted_stably(length):
+    """Rows longer than 32 entries take the merge sort (shorter ones insertion sort):
+    columns ascending, equal columns in input order (their values show it)."""
+    g = torch.Generator().manual_seed(length)
+    row = torch.cat([torch.zeros(length, dtype=torch.long), torch.ones(5, dtype=torch.long)])
+    col = torch.randint(0, 40, (length + 5,), generator=g)  # many duplicates
+    val = torch.arange(length + 5, dtype=F64)
+    ptr, c, v, entry = build.coo_to_csr(row, col, val, 2, coalesce=False)
+    perm = torch.argsort(row * 40 + col, stable=True)
+    assert torch.equal(c, col[perm]) and torch.equal(v, val[perm]) and torch.equal(c[entry], col)
+
+
 # ------------------------------------------------------------- the shared store
 
 
