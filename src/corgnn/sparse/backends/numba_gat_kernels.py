@@ -259,8 +259,8 @@ def gat_backward_cols(dist):
 
         ptr (n+1,), idx (q,) destination of each walked entry; chunks (T+1,) column
         bounds of the parallel tasks; G (n, H, K); ``ea`` (q, 2, H) ``(alpha_d, dy)``
-        in this walk's order (row ``j`` for position ``j``: the caller scatters them
-        with :func:`.numba_kernels.scatter_rows`, so that they are read in sequence, not
+        in this walk's order (row ``j`` for position ``j``: the caller gathers them
+        with ``numba_cpu._walk_order``, so that they are read in sequence, not
         at random through the walk's permutation); dd (n, H); a_src, a_dst (H, K);
         dM (n, H, K), ds (n, H) overwritten.
         """

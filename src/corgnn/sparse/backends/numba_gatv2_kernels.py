@@ -212,7 +212,7 @@ def gatv2_backward_cols(dist):
         (the entry ids, for the dropout mask); chunks (T+1,) column bounds of the
         parallel tasks; G, XR (n, H, K) (gathered); XL (n_src, H, K); att (H, K);
         ``ea`` (q, 2, H) ``(alpha_e, de_e)`` in this walk's order (row ``j`` for position
-        ``j``: the caller scatters them with :func:`.numba_kernels.scatter_rows`, so that
+        ``j``: the caller gathers them with ``numba_cpu._walk_order``, so that
         they are read in sequence, not at random through ``perm``); dXL (n_src, H, K)
         overwritten.
         """

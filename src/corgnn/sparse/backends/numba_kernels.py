@@ -600,20 +600,6 @@ def sddmm_coo_heads(dist):
     return sddmm_coo_heads
 
 
-@njit(**_JIT)
-def scatter_rows(pos, src, out, tasks):
-    """``out[pos[e]] = src[e]`` for every row ``e`` of ``src (q, a, b)`` (``out`` of
-    ``src``'s shape, ``pos`` a permutation of ``0..q-1``), in ``tasks`` parallel
-    slices: per-entry arrays a row walk wrote in entry order, put in the order a
-    transposed walk reads them. Scattered writes in a tight loop overlap their cache
-    misses, which reads at random inside a long kernel body do not."""
-    q = pos.shape[0]
-    T = tasks
-    for t in prange(T):
-        for e in range(t * q // T, (t + 1) * q // T):
-            out[pos[e]] = src[e]
-
-
 @njit(parallel=True, cache=True, nogil=True)
 def dense_row_counts(X, counts):
     """Non-zeros of each row of dense ``X (n, m)`` into ``counts (n,)``."""
