@@ -284,9 +284,11 @@ class NumbaBackend(Backend):
         )
         dM = torch.empty(n, H, K, dtype=dt)
         ds = torch.empty(n, H, dtype=dt)
-        ea = _walk_order(torch.stack((alpha_d if alpha_d.size(0) else alpha.detach(), dy), 1), tperm)  # (alpha_d, dy), walk order
-        tp, ti, _, tchunks = _walk(tptr, tidx, tperm)
-        gk.gat_backward_cols(tp, ti, tchunks, Gn, ea.numpy(), dd.numpy(), _np(a_src.reshape(H, K)), _np(a_dst.reshape(H, K)), dM.numpy(), ds.numpy())
+        ad_np = alpha_d.numpy() if alpha_d.size(0) else alpha_np
+        gk.gat_backward_cols(
+            *_walk(tptr, tidx, tperm), Gn, ad_np, dy.numpy(), dd.numpy(),
+            _np(a_src.reshape(H, K)), _np(a_dst.reshape(H, K)), dM.numpy(), ds.numpy(),
+        )
         return dM, ds, dd
 
     def gat_head_weighted_sums(self, w1, w2, M):
@@ -329,8 +331,10 @@ class NumbaBackend(Backend):
         sl = _scalar(negative_slope, dt)
         g2k.gatv2_backward_rows(*walk, Gn, XLn, XRn, an, alpha_np, lse_np, sl, thresh, scale, lo, hi, alpha_w.numpy(), de.numpy(), dXR.numpy(), datt.numpy())
         dXL = torch.empty(XL.shape, dtype=dt)
-        ea = _walk_order(torch.stack((alpha.detach() if cached else alpha_w, de), 1), tperm)  # (alpha, de) per entry, walk order
-        g2k.gatv2_backward_cols(*_walk(tptr, tidx, tperm), Gn, XRn, XLn, an, ea.numpy(), sl, thresh, scale, lo, hi, dXL.numpy())
+        g2k.gatv2_backward_cols(
+            *_walk(tptr, tidx, tperm), Gn, XRn, XLn, an, alpha_np if cached else alpha_w.numpy(), de.numpy(),
+            sl, thresh, scale, lo, hi, dXL.numpy(),
+        )
         return dXL, dXR, datt.sum(0)
     # dot-product attention (TransformerConv) ----------------------------------
     def transformer_attention(self, ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, want_alpha):

@@ -246,10 +246,10 @@ def gat_backward_rows(dist):
     return gat_backward_rows
 
 
-@gather_kernel(operand=3)
+@gather_kernel(operand=4)
 def gat_backward_cols(dist):
     @njit(**_JIT)
-    def gat_backward_cols(ptr, idx, chunks, G, ea, dd, a_src, a_dst, dM, ds):
+    def gat_backward_cols(ptr, idx, perm, chunks, G, alpha_d, dy, dd, a_src, a_dst, dM, ds):
         """Backward over source nodes (the transposed walk): ``ds`` and ``dL/dM``.
 
         For source ``c`` (entries ``e`` with destination ``i_e``):
@@ -257,15 +257,14 @@ def gat_backward_cols(dist):
         ``dM[c, h] = sum_e alpha_d[e, h] G[i_e, h] + ds[c, h] a_src[h] + dd[c, h] a_dst[h]``
         (``A^T G`` with the dropped attention, plus the node-attention terms).
 
-        ptr (n+1,), idx (q,) destination of each walked entry; chunks (T+1,) column
-        bounds of the parallel tasks; G (n, H, K); ``ea`` (q, 2, H) ``(alpha_d, dy)``
-        in this walk's order (row ``j`` for position ``j``: the caller gathers them
-        with ``numba_cpu._walk_order``, so that they are read in sequence, not
-        at random through the walk's permutation); dd (n, H); a_src, a_dst (H, K);
-        dM (n, H, K), ds (n, H) overwritten.
+        ptr (n+1,), idx (q,) destination of each walked entry, perm (q,) or empty: entry
+        position; chunks (T+1,) column bounds of the parallel tasks; G (n, H, K);
+        alpha_d, dy (q, H); dd (n, H); a_src, a_dst (H, K); dM (n, H, K), ds (n, H)
+        overwritten.
         """
         H = G.shape[1]
         K = G.shape[2]
+        has_perm = perm.shape[0] > 0
         for t in prange(chunks.shape[0] - 1):
             for c in range(chunks[t], chunks[t + 1]):
                 for h in range(H):
@@ -275,9 +274,10 @@ def gat_backward_cols(dist):
                 prefetch_gather(G, idx, ptr[c], ptr[c + 1], dist)
                 for j in range(ptr[c], ptr[c + 1]):
                     i = idx[j]
+                    e = perm[j] if has_perm else j
                     for h in range(H):
-                        ad = ea[j, 0, h]
-                        ds[c, h] += ea[j, 1, h]
+                        ad = alpha_d[e, h]
+                        ds[c, h] += dy[e, h]
                         for k in range(K):
                             dM[c, h, k] += ad * G[i, h, k]
                 for h in range(H):

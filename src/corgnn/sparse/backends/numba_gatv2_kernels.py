@@ -202,19 +202,15 @@ def gatv2_backward_rows(dist):
 @gather_kernel(operand=5)
 def gatv2_backward_cols(dist):
     @njit(**_JIT)
-    def gatv2_backward_cols(ptr, idx, perm, chunks, G, XR, XL, att, ea, slope, thresh, scale, seed_lo, seed_hi, dXL):
+    def gatv2_backward_cols(ptr, idx, perm, chunks, G, XR, XL, att, alpha, de, slope, thresh, scale, seed_lo, seed_hi, dXL):
         """Backward over source nodes (the transposed walk): ``dXL``.
 
         For source ``c`` (entries ``e`` with destination ``i_e``), head ``h``, channel ``k``:
         ``dXL[c, h, k] = sum_e de_e a[h, k] f'(XL[c, h, k] + XR[i_e, h, k]) + drop(alpha_e) G[i_e, h, k]``.
 
-        ptr (n_src+1,), idx (q,) destination of each walked entry, perm (q,) or empty
-        (the entry ids, for the dropout mask); chunks (T+1,) column bounds of the
-        parallel tasks; G, XR (n, H, K) (gathered); XL (n_src, H, K); att (H, K);
-        ``ea`` (q, 2, H) ``(alpha_e, de_e)`` in this walk's order (row ``j`` for position
-        ``j``: the caller gathers them with ``numba_cpu._walk_order``, so that
-        they are read in sequence, not at random through ``perm``); dXL (n_src, H, K)
-        overwritten.
+        ptr (n_src+1,), idx (q,) destination of each walked entry, perm (q,) or empty;
+        chunks (T+1,) column bounds of the parallel tasks; G, XR (n, H, K) (gathered);
+        XL (n_src, H, K); att (H, K); alpha, de (q, H); dXL (n_src, H, K) overwritten.
         """
         H = XL.shape[1]
         K = XL.shape[2]
@@ -231,10 +227,10 @@ def gatv2_backward_cols(dist):
                     i = idx[j]
                     e = perm[j] if has_perm else j
                     for h in range(H):
-                        a = ea[j, 0, h]
+                        a = alpha[e, h]
                         if drop:
                             a *= scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
-                        v = ea[j, 1, h]
+                        v = de[e, h]
                         for k in range(K):
                             g = v * att[h, k]
                             if XL[c, h, k] + XR[i, h, k] <= 0:
