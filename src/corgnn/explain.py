@@ -87,10 +87,11 @@ def explain_partitioned(g, layers: list[tuple], nproc: int, method: str = "auto"
     return "\n\n".join([head] + [p.table() for p in plans])
 
 
-def _dataset_shape(name: str, root):
-    """(n, q incl. self-loops, features, classes, label, Graph) of a dataset: real
-    Cora/CiteSeer (and any Table 5 dataset whose files are found), else the
-    synthetic stand-in."""
+def _dataset_shape(name: str, root, width: int):
+    """(n, q incl. self-loops, features, classes, label, Graph, x_nnz) of a dataset:
+    real Cora/CiteSeer (and any Table 5 dataset whose files are found), else the
+    synthetic stand-in; ``x_nnz`` None when a first layer of ``width`` output columns
+    keeps the features dense (:func:`corgnn.nn.base.sparse_feature_density`)."""
     from .datasets import canonical_name, load_dataset, load_planetoid
     from .graph import Graph
 
@@ -102,11 +103,11 @@ def _dataset_shape(name: str, root):
     g = Graph(data.edge_index, num_nodes=data.num_nodes)
     q = g.gcn_adjacency().nnz
     label = data.name if getattr(data, "synthetic", False) else f"{data.name} (real)"
-    from .nn.base import SPARSE_FEATURE_DENSITY
+    from .nn.base import sparse_feature_density
 
     x_nnz = int(torch.count_nonzero(data.x))
-    if x_nnz > SPARSE_FEATURE_DENSITY * data.x.numel():
-        x_nnz = None  # dense features: GCNConv keeps them dense
+    if x_nnz > sparse_feature_density(width) * data.x.numel():
+        x_nnz = None  # dense features: a first GCNConv of ``width`` output columns keeps them dense
     return data.num_nodes, q, data.x.size(1), int(data.y.max()) + 1, label, g, x_nnz
 
 
@@ -185,7 +186,7 @@ def run(args) -> int:
         print(explain_model(args.model, args.dataset, args.root, None if args.hidden == 16 else args.hidden))
         return 0
     if args.dataset:
-        n, q, m, c, label, g, x_nnz = _dataset_shape(args.dataset, args.root)
+        n, q, m, c, label, g, x_nnz = _dataset_shape(args.dataset, args.root, args.hidden)
         sparse_note = f", features used as a sparse matrix ({x_nnz} non-zeros)" if x_nnz is not None else ""
         print(f"{label}: n={n} q={q} (with self-loops) features={m} classes={c}{sparse_note}, 2-layer GCN hidden={args.hidden}")
         constant = not args.input_dropout
