@@ -275,6 +275,67 @@ def test_float32_matches_pyg():
     assert_same(ref, ours, lambda m: m(x, ei), [x], tol=1e-4)
 
 
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_exp_shifted_accuracy(dtype):
+    """The row kernels' exp (a polynomial in float32, ``math.exp`` in float64): within
+    one float32 ulp of float64's over softmax's range, the row sums, only ``m`` rows
+    written, an argument below float32's normal range giving (near) 0."""
+    import numpy as np
+    from numba import njit
+
+    from corgnn.sparse.backends.numba_transformer_kernels import exp_shifted
+
+    @njit
+    def call(P, T, m, shift, tot):
+        exp_shifted(P, T, m, shift, tot)
+
+    dt = np.dtype(dtype)
+    shift = np.array([0.0, 1.0, -2.0, 30.0], dtype=dt)
+    x = np.linspace(-86.0, 0.5, 4096).reshape(1024, 4)  # x = P - shift
+    P = np.vstack([(x + shift).astype(dt), np.full((3, 4), 7.0, dtype=dt)])
+    P[5, 3] = shift[3] - 200  # exp(-200): below the smallest normal float32
+    want = np.exp((P[:1024] - shift).astype(np.float64))  # (the subtraction rounds in dtype, as in the kernels)
+    tot = np.ones(4, dtype=dt)
+    call(P, np.empty(P.shape, dtype=np.float32), 1024, shift, tot)
+    rel = np.abs(P[:1024] / want - 1)
+    rel[5, 3] = 0
+    assert rel.max() < (1.2e-7 if dt == np.float32 else 1e-15)
+    assert P[5, 3] < 1e-37
+    assert (P[1024:] == 7.0).all()  # rows past m untouched
+    np.testing.assert_allclose(tot, 1 + want.sum(0), rtol=1e-6)
+
+@pytest.mark.parametrize("cache", SCHEMES)
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_float32_kernels_match_float64_every_scheme(cache, p):
+    """The float32 kernels (their exps a vectorized polynomial, ``exp_shifted``) against
+    the float64 ones (``math.exp``) with the same parameters and dropout mask, every
+    caching scheme (the recomputing ones rerun the exps in backward), edge features,
+    and scores spread wide enough that some weights underflow to 0."""
+    ei, n = make_graph(seed=11)
+    attr = torch.randn(ei.size(1), 2)
+    torch.manual_seed(0)
+    layer = TransformerConv(6, 8, heads=3, edge_dim=2, dropout=p)
+    layer.cache = cache
+    layer64 = TransformerConv(6, 8, heads=3, edge_dim=2, dropout=p).to(F64)
+    layer64.load_state_dict(layer.state_dict())
+    layer64.cache = cache
+    x = 6 * torch.randn(n, 6)  # scores up to ~+-100: exp(s - max) spans float32's range
+    results = []
+    for lay, dt in ((layer, torch.float32), (layer64, F64)):
+        xi = x.to(dt).detach().requires_grad_()
+        lay.train()
+        torch.manual_seed(5)  # the attention-dropout seed
+        out, (_, alpha) = lay(xi, ei, attr.to(dt), return_attention_weights=True)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=dt).view_as(out)).sum().backward()
+        results.append([out.detach(), alpha.detach(), xi.grad] + [q.grad for q in lay.parameters()])
+    assert float(results[1][1].min()) < 1e-30  # some weights do underflow
+    for a, b in zip(*results):
+        assert (a is None) == (b is None)
+        if b is not None:
+            torch.testing.assert_close(a.double(), b, rtol=2e-4, atol=2e-4 * max(1.0, float(b.abs().max())))  # (lin_key.bias: 0 exactly)
+
 # ------------------------------------------------------------------ attention dropout
 @pytest.mark.skipif(FORCED_TRITON_INTERPRETER, reason="400 forward passes: too slow for the Triton interpreter (its mask is compared with the others in test_backends_and_dropout_match_reference)")
 def test_dropout_train_statistics_and_eval_equality():

@@ -114,6 +114,12 @@ def _walk(ptr, idx, perm) -> tuple:
     return arrays
 
 
+def _heads_last(X: torch.Tensor) -> np.ndarray:
+    """``X (n, H, C)`` as a contiguous ``(n, C, H)`` array (one copy, ~1 ms for 20k x 8 x 8
+    float32): the layout the transformer row kernels gather keys and values in."""
+    return X.detach().transpose(1, 2).contiguous().numpy()
+
+
 def _walk_order(per_entry: torch.Tensor, perm) -> torch.Tensor:
     """``per_entry (q, ...)`` rows in the order the walk ``perm`` orders (row ``j`` =
     entry ``perm[j]``; ``perm`` None: already so): one gather (``index_select``,
@@ -347,7 +353,7 @@ class NumbaBackend(Backend):
         Qe_n, attr_n = _edge_arrays(Qe, attr, H, dt)
         thresh, dscale, lo, hi = _seed(p, seed, dt)
         tk.dot_attention_forward_rows(
-            *_walk(ptr, idx, perm), _np(Q), _np(K), _np(V), Qe_n, attr_n, _scalar(scale, dt), thresh, dscale, lo, hi,
+            *_walk(ptr, idx, perm), _np(Q), _heads_last(K), _heads_last(V), Qe_n, attr_n, _scalar(scale, dt), thresh, dscale, lo, hi,
             lse.numpy(), alpha.numpy(), out.numpy(), Ae.numpy(),
         )
         return out, lse, alpha, Ae
@@ -366,7 +372,7 @@ class NumbaBackend(Backend):
         Ge_n, _ = _edge_arrays(Ge, attr, H, dt)
         Gn, Qn, sc = _np(G), _np(Q), _scalar(scale, dt)
         tk.dot_attention_backward_rows(
-            *_walk(ptr, idx, perm), Gn, Qn, _np(K), _np(V), _np(D), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
+            *_walk(ptr, idx, perm), Gn, Qn, _heads_last(K), _heads_last(V), _np(D), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
             none if lse is None else _np(lse), sc, thresh, dscale, lo, hi, ea.numpy(), dQ.numpy(), dQe.numpy(), dattr.numpy(),
         )
         dK = torch.empty(K.shape, dtype=dt)
