@@ -115,8 +115,9 @@ def _walk(ptr, idx, perm) -> tuple:
 
 
 def _heads_last(X: torch.Tensor) -> np.ndarray:
-    """``X (n, H, C)`` as a contiguous ``(n, C, H)`` array (one copy, ~1 ms for 20k x 8 x 8
-    float32): the layout the transformer row kernels gather keys and values in."""
+    """``X (n, H, C)`` as a contiguous ``(n, C, H)`` array (one copy, ~0.5 ms for 20k x 8 x 8
+    float32): the layout the attention row kernels gather per-node rows in (the
+    transformer's keys and values, GATv2's ``XL`` in its forward)."""
     return X.detach().transpose(1, 2).contiguous().numpy()
 
 
@@ -316,7 +317,7 @@ class NumbaBackend(Backend):
         out = torch.empty(n, H, K, dtype=dt)
         thresh, scale, lo, hi = _seed(p, seed, dt)
         g2k.gatv2_forward_rows(
-            *_walk(ptr, idx, perm), _np(XL), _np(XR), _np(att.reshape(H, K)), _scalar(negative_slope, dt),
+            *_walk(ptr, idx, perm), _heads_last(XL), _np(XR), _np(att.reshape(H, K)), _scalar(negative_slope, dt),
             thresh, scale, lo, hi, alpha.numpy(), lse.numpy(), out.numpy(),
         )
         return out, alpha, lse

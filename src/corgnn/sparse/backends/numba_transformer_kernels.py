@@ -31,95 +31,11 @@ import numpy as np
 from numba import njit, prange
 
 from .numba_gat_kernels import keep_edge
-from .numba_kernels import gather_kernel, prefetch_gather
+from .numba_kernels import chunk_degree, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
 
 __all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
 
 _JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
-
-
-# float32 exp as ``2**n * exp(r)``: ``n = round(x / ln 2)``, ``r = x - n ln 2`` in two
-# parts (Cody and Waite: ``n * LN2_HI`` is exact), ``|r| <= ln(2) / 2``, a degree-7
-# Taylor polynomial of ``exp(r)`` (truncation < 5e-9) and ``2**n`` built in the exponent
-# bits; plain arithmetic, so LLVM vectorizes the loop (``math.exp`` is a scalar libm
-# call per element: 7 of the forward kernel's ~30 ms on a 20k-node, 200k-edge graph,
-# 8 heads, 1 thread). Relative error below one float32 ulp (9e-8 over [-87, 0.5]; tested).
-_LOG2E = np.float32(1.4426950408889634)
-_LN2_HI = np.float32(0.693145751953125)  # 11 significant bits: n * _LN2_HI is exact
-_LN2_LO = np.float32(1.4286068203094173e-06)
-_EXP_MIN = np.float32(-87.33654)  # ln(2**-126), the smallest normal float32: exp underflows to ~0
-_HALF = np.float32(0.5)
-_ONE = np.float32(1.0)
-_P = tuple(np.float32(1.0 / math.factorial(k)) for k in range(8))
-
-
-@njit(inline="always")
-def exp_shifted(P, T, m, shift, tot):
-    """``P[j, h] = exp(P[j, h] - shift[h])`` for ``j < m``; ``tot[h] +=`` their sum.
-
-    P (deg, H) float; ``T`` a (deg, H) float32 scratch array (its bits are written
-    as ``int32``); shift, tot (H,). float32 ``P`` takes the vectorized polynomial
-    (``_P``; an argument below ``_EXP_MIN`` gives ``2**-126``, not 0: softmax weights
-    this small are 0 to float32 sums); float64 ``P`` calls ``math.exp``.
-    """
-    H = P.shape[1]
-    if P.itemsize == 4:
-        Ti = T.view(np.int32)
-        for j in range(m):
-            for h in range(H):
-                x = max(P[j, h] - shift[h], _EXP_MIN)
-                nf = np.floor(x * _LOG2E + _HALF)
-                r = (x - nf * _LN2_HI) - nf * _LN2_LO
-                P[j, h] = _P[0] + r * (_P[1] + r * (_P[2] + r * (_P[3] + r * (_P[4] + r * (_P[5] + r * (_P[6] + r * _P[7]))))))
-                Ti[j, h] = (np.int32(nf) + 127) << 23
-        for j in range(m):
-            for h in range(H):
-                v = P[j, h] * T[j, h]
-                P[j, h] = v
-                tot[h] += v
-    else:
-        for j in range(m):
-            for h in range(H):
-                v = math.exp(P[j, h] - shift[h])
-                P[j, h] = v
-                tot[h] += v
-
-
-@njit(inline="always")
-def _chunk_degree(ptr, chunks, t):
-    """The longest row of task ``t`` (at least 1): the size of its row buffers."""
-    deg = 1
-    for i in range(chunks[t], chunks[t + 1]):
-        deg = max(deg, ptr[i + 1] - ptr[i])
-    return deg
-
-
-@njit(inline="always")
-def _transpose_row(X, i, scale, Xt):
-    """``Xt[k, h] = X[i, h, k] * scale``: a row of ``(n, H, C)`` as ``(C, H)``."""
-    for h in range(X.shape[1]):
-        for k in range(X.shape[2]):
-            Xt[k, h] = X[i, h, k] * scale
-
-
-@njit(inline="always")
-def _head_dots(Xt, Yt, c, out, j):
-    """``out[j, h] = sum_k Xt[k, h] * Yt[c, k, h]``: the per-head dot products of a
-    ``(C, H)`` row with row ``c`` of a ``(n, C, H)`` array, vectorized over heads."""
-    H = Xt.shape[1]
-    for h in range(H):
-        out[j, h] = Xt[0, h] * Yt[c, 0, h]
-    for k in range(1, Xt.shape[0]):
-        for h in range(H):
-            out[j, h] += Xt[k, h] * Yt[c, k, h]
-
-
-@njit(inline="always")
-def _head_axpy(acc, w, j, Yt, c):
-    """``acc[k, h] += w[j, h] * Yt[c, k, h]`` (acc (C, H)), vectorized over heads."""
-    for k in range(acc.shape[0]):
-        for h in range(acc.shape[1]):
-            acc[k, h] += w[j, h] * Yt[c, k, h]
 
 
 @gather_kernel(operand=5)
@@ -162,7 +78,7 @@ def dot_attention_forward_rows(dist):
         drop = thresh > 0
         zero = scale * 0
         for t in prange(chunks.shape[0] - 1):
-            deg = _chunk_degree(ptr, chunks, t)
+            deg = chunk_degree(ptr, chunks, t)
             P = np.empty((deg, H), dtype=Q.dtype)
             W = np.empty((deg if drop else 0, H), dtype=Q.dtype)
             T = np.empty((deg, H), dtype=np.float32)
@@ -185,11 +101,11 @@ def dot_attention_forward_rows(dist):
                         for k in range(C):
                             out[i, h, k] = 0
                     continue
-                _transpose_row(Q, i, scale, Qt)
+                transpose_row(Q, i, scale, Qt)
                 acc[:] = 0
                 prefetch_gather(Kt, idx, lo, lo + m, dist)
                 for j in range(m):
-                    _head_dots(Qt, Kt, idx[lo + j], P, j)
+                    head_dots(Qt, Kt, idx[lo + j], P, j)
                     if has_edge:
                         e = perm[lo + j] if has_perm else lo + j
                         for h in range(H):
@@ -208,7 +124,7 @@ def dot_attention_forward_rows(dist):
                 w = W if drop else P
                 prefetch_gather(Vt, idx, lo, lo + m, dist)
                 for j in range(m):
-                    _head_axpy(acc, w, j, Vt, idx[lo + j])
+                    head_axpy(acc, w, j, Vt, idx[lo + j])
                     if has_edge:
                         e = perm[lo + j] if has_perm else lo + j
                         for h in range(H):
@@ -266,9 +182,9 @@ def dot_attention_backward_rows(dist):
         cached = alpha.shape[0] > 0
         drop = thresh > 0
         zero = scale * 0
-        one = zero + _ONE
+        one = zero + np.float32(1.0)
         for t in prange(chunks.shape[0] - 1):
-            deg = _chunk_degree(ptr, chunks, t)
+            deg = chunk_degree(ptr, chunks, t)
             P = np.empty((deg, H), dtype=Q.dtype)  # alpha
             Gd = np.empty((deg, H), dtype=Q.dtype)  # <G_i, V_c>, then de * scale
             T = np.empty((deg, H), dtype=np.float32)
@@ -285,21 +201,21 @@ def dot_attention_backward_rows(dist):
                     for h in range(H):
                         for f in range(F):
                             dQe[i, h, f] = 0
-                _transpose_row(G, i, one, Gt)
+                transpose_row(G, i, one, Gt)
                 if not cached:
-                    _transpose_row(Q, i, scale, Qt)
+                    transpose_row(Q, i, scale, Qt)
                     for h in range(H):
                         shift[h] = lse[i, h]
                 prefetch_gather(Vt, idx, lo, lo + m, dist)
                 for j in range(m):
                     c = idx[lo + j]
                     e = perm[lo + j] if has_perm else lo + j
-                    _head_dots(Gt, Vt, c, Gd, j)
+                    head_dots(Gt, Vt, c, Gd, j)
                     if cached:
                         for h in range(H):
                             P[j, h] = alpha[e, h]
                     else:
-                        _head_dots(Qt, Kt, c, P, j)
+                        head_dots(Qt, Kt, c, P, j)
                     if has_edge:
                         for h in range(H):
                             s = zero
@@ -336,7 +252,7 @@ def dot_attention_backward_rows(dist):
                         Gd[j, h] = v * scale
                 prefetch_gather(Kt, idx, lo, lo + m, dist)
                 for j in range(m):
-                    _head_axpy(acc, Gd, j, Kt, idx[lo + j])
+                    head_axpy(acc, Gd, j, Kt, idx[lo + j])
                 for h in range(H):
                     for k in range(C):
                         dQ[i, h, k] = acc[k, h]
