@@ -336,10 +336,10 @@ class NumbaBackend(Backend):
         datt = torch.empty(walk[3].shape[0] - 1, H, K, dtype=dt)  # one partial per task
         Gn, XLn, XRn, an = _np(G), _np(XL), _np(XR), _np(att.reshape(H, K))
         sl = _scalar(negative_slope, dt)
-        g2k.gatv2_backward_rows(*walk, Gn, XLn, XRn, an, alpha_np, lse_np, sl, thresh, scale, lo, hi, alpha_w.numpy(), de.numpy(), dXR.numpy(), datt.numpy())
+        g2k.gatv2_backward_rows(*walk, Gn, _heads_last(XL), XRn, an, alpha_np, lse_np, sl, thresh, scale, lo, hi, alpha_w.numpy(), de.numpy(), dXR.numpy(), datt.numpy())
         dXL = torch.empty(XL.shape, dtype=dt)
         g2k.gatv2_backward_cols(
-            *_walk(tptr, tidx, tperm), Gn, XRn, XLn, an, alpha_np if cached else alpha_w.numpy(), de.numpy(),
+            *_walk(tptr, tidx, tperm), _heads_last(G), _heads_last(XR), XLn, an, alpha_np if cached else alpha_w.numpy(), de.numpy(),
             sl, thresh, scale, lo, hi, dXL.numpy(),
         )
         return dXL, dXR, datt.sum(0)
