@@ -12,8 +12,8 @@ biases ``(h*c,)`` (``x_dst = x_src`` for one node set):
 * ``out_i = sum_e alpha_e V_j`` ``(n, h, c)``, concatenated to ``(n, h*c)`` or
   averaged over heads to ``(n, c)``.
 
-All of the attention runs in one fused row walk (:func:`~corgnn.sparse.attention_dot.dot_attention_forward`,
-online softmax), never storing PyG's per-edge ``(q, h, c)`` messages.
+All of the attention runs in one fused row kernel (:func:`~corgnn.sparse.attention_dot.dot_attention_forward`:
+scores, row softmax, dropout, aggregation), never storing PyG's per-edge ``(q, h, c)`` messages.
 
 Backward (derived as the paper's appendix "GAT Backward Pass" does for GAT), with
 ``G = dL/dout`` as ``(n, h, c)`` (for the head mean ``G / h`` per head) and ``drop_e``

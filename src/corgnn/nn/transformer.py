@@ -41,7 +41,7 @@ class TransformerConv(CorgnnConv):
     (no self-loops added, duplicates kept), outputs, attention weights and gradients.
     The attention (scores, row softmax, dropout, aggregation) runs as one fused
     autograd Function (:class:`~corgnn.functional.transformer.TransformerFunction`):
-    an online softmax per destination row, an explicit backward, never the
+    one row walk per destination (the row's softmax fused), an explicit backward, never the
     ``(q, h, c)`` per-edge messages PyG materialises; each training call keeps for
     backward what its caching scheme says (``last_plan``, ``last_cache``). The root
     and ``beta`` terms are dense torch ops.

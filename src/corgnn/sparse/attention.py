@@ -160,8 +160,8 @@ def gatv2_attention_forward(
     """GATv2 attention and aggregation, fused per destination row (PyG ``GATv2Conv``).
 
     ``s_e = <a, LeakyReLU(XL[j] + XR[i])>`` per head for entry ``e = (i, j)`` of ``A``;
-    ``alpha = softmax_row(s)`` (an online softmax, FlashAttention's running max and
-    sum); ``out[i] = sum_e dropout(alpha_e) XL[j]``. The kernel backends never store
+    ``alpha = softmax_row(s)`` (Triton: an online softmax, FlashAttention's running
+    max and sum; Numba: the row's scores in a buffer); ``out[i] = sum_e dropout(alpha_e) XL[j]``. The kernel backends never store
     a ``(q, h, k)`` value.
 
     Args:

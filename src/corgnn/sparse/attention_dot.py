@@ -44,9 +44,10 @@ def dot_attention_forward(
 
     ``s_e = <Q[i], K[j]> * scale`` per head for entry ``e = (i, j)``;
     ``alpha = softmax_row(s)`` over each destination's incoming entries;
-    ``out[i] = sum_e dropout(alpha_e) V[j]``: one pass per row with an online
-    softmax (FlashAttention's running max and sum), no ``(q, h, c)`` messages in
-    the kernel backends.
+    ``out[i] = sum_e dropout(alpha_e) V[j]``: one kernel per row (Triton: one pass
+    with an online softmax, FlashAttention's running max and sum; Numba: the row's
+    scores in a buffer, then their exps, then the aggregation), no ``(q, h, c)``
+    messages in the kernel backends.
 
     Args:
         A: attention pattern ``(n_dst, n_src)``.
