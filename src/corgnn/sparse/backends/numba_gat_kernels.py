@@ -66,6 +66,21 @@ def keep_edge(flat, seed_lo, seed_hi, thresh):
     return x >= thresh
 
 
+@njit(inline="always")
+def dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, scale):
+    """``W[j, h] = P[j, h] * (scale if keep_edge((e_j) * H + h) else 0)`` for the ``m``
+    entries of a row starting at walk position ``lo`` (``e_j = perm[lo + j]``, or
+    ``lo + j`` with ``perm`` empty): a row's attention weights after dropout.
+    P, W (degree, H)."""
+    H = P.shape[1]
+    has_perm = perm.shape[0] > 0
+    zero = scale * 0
+    for j in range(m):
+        e = perm[lo + j] if has_perm else lo + j
+        for h in range(H):
+            W[j, h] = P[j, h] * (scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero)
+
+
 @njit(**_JIT)
 def node_scores(M, a_src, a_dst, s, d):
     """``s[i, h] = <M[i, h], a_src[h]>``, ``d[i, h] = <M[i, h], a_dst[h]>``.

@@ -41,12 +41,28 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .numba_gat_kernels import keep_edge
+from .numba_gat_kernels import dropped_weights
 from .numba_kernels import chunk_degree, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
 
 __all__ = ["gatv2_forward_rows", "gatv2_backward_rows", "gatv2_backward_cols"]
 
 _JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
+
+
+@njit(inline="always")
+def scores(XLt, c, XRt, att_t, slope, P, j):
+    """``P[j, h] = sum_k att[h, k] LeakyReLU(XL[c, h, k] + XR[i, h, k])`` with ``XLt
+    (n_src, K, H)``, and row ``i``'s ``XRt`` and ``att_t`` as ``(K, H)``: entry ``j``'s
+    score per head, vectorized over heads."""
+    H = P.shape[1]
+    for h in range(H):
+        P[j, h] = 0
+    for k in range(XRt.shape[0]):
+        for h in range(H):
+            v = XLt[c, k, h] + XRt[k, h]
+            if v <= 0:
+                v *= slope
+            P[j, h] += att_t[k, h] * v
 
 
 @gather_kernel(operand=4)
@@ -87,11 +103,8 @@ def gatv2_forward_rows(dist):
             mx = np.empty(H, dtype=XLt.dtype)
             tot = np.empty(H, dtype=XLt.dtype)
             XRt = np.empty((K, H), dtype=XLt.dtype)
-            att_t = np.empty((K, H), dtype=XLt.dtype)
+            att_t = np.ascontiguousarray(att.T)  # (K, H)
             acc = np.empty((K, H), dtype=XLt.dtype)
-            for h in range(H):
-                for k in range(K):
-                    att_t[k, h] = att[h, k]
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
@@ -108,23 +121,12 @@ def gatv2_forward_rows(dist):
                 acc[:] = 0
                 prefetch_gather(XLt, idx, lo, lo + m, dist)
                 for j in range(m):
-                    c = idx[lo + j]
-                    for h in range(H):
-                        P[j, h] = 0
-                    for k in range(K):
-                        for h in range(H):
-                            v = XLt[c, k, h] + XRt[k, h]
-                            if v <= 0:
-                                v *= slope
-                            P[j, h] += att_t[k, h] * v
+                    scores(XLt, idx[lo + j], XRt, att_t, slope, P, j)
                     for h in range(H):
                         mx[h] = max(mx[h], P[j, h])
                 exp_shifted(P, T, m, mx, tot)
                 if drop:  # branch-free: a dropped entry adds zeros
-                    for j in range(m):
-                        e = perm[lo + j] if has_perm else lo + j
-                        for h in range(H):
-                            W[j, h] = P[j, h] * (scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero)
+                    dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, scale)
                 w = W if drop else P
                 for j in range(m):
                     head_axpy(acc, w, j, XLt, idx[lo + j])
@@ -175,14 +177,11 @@ def gatv2_backward_rows(dist):
             tot = np.empty(H, dtype=XLt.dtype)
             shift = np.empty(H, dtype=XLt.dtype)
             dot = np.empty(H, dtype=XLt.dtype)
-            att_t = np.empty((K, H), dtype=XLt.dtype)
+            att_t = np.ascontiguousarray(att.T)  # (K, H)
             XRt = np.empty((K, H), dtype=XLt.dtype)
             Gt = np.empty((K, H), dtype=XLt.dtype)
             acc = np.empty((K, H), dtype=XLt.dtype)
             dat = np.zeros((K, H), dtype=XLt.dtype)
-            for h in range(H):
-                for k in range(K):
-                    att_t[k, h] = att[h, k]
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
@@ -194,14 +193,7 @@ def gatv2_backward_rows(dist):
                     c = idx[lo + j]
                     head_dots(Gt, XLt, c, Gd, j)
                     if not cached:
-                        for h in range(H):
-                            P[j, h] = 0
-                        for k in range(K):
-                            for h in range(H):
-                                v = XLt[c, k, h] + XRt[k, h]
-                                if v <= 0:
-                                    v *= slope
-                                P[j, h] += att_t[k, h] * v
+                        scores(XLt, c, XRt, att_t, slope, P, j)
                 if cached:
                     for j in range(m):
                         e = perm[lo + j] if has_perm else lo + j
@@ -216,10 +208,7 @@ def gatv2_backward_rows(dist):
                         for h in range(H):
                             alpha_w[e, h] = P[j, h]
                 if drop:
-                    for j in range(m):
-                        e = perm[lo + j] if has_perm else lo + j
-                        for h in range(H):
-                            Gd[j, h] *= scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
+                    dropped_weights(Gd, Gd, m, perm, lo, seed_lo, seed_hi, thresh, scale)
                 for h in range(H):
                     dot[h] = 0
                 for j in range(m):
@@ -279,11 +268,8 @@ def gatv2_backward_cols(dist):
             Av = np.empty((deg, H), dtype=XL.dtype)
             Dv = np.empty((deg, H), dtype=XL.dtype)
             XLc = np.empty((K, H), dtype=XL.dtype)
-            att_t = np.empty((K, H), dtype=XL.dtype)
+            att_t = np.ascontiguousarray(att.T)  # (K, H)
             acc = np.empty((K, H), dtype=XL.dtype)
-            for h in range(H):
-                for k in range(K):
-                    att_t[k, h] = att[h, k]
             for c in range(chunks[t], chunks[t + 1]):
                 lo = ptr[c]
                 m = ptr[c + 1] - lo
@@ -298,10 +284,7 @@ def gatv2_backward_cols(dist):
                         Av[j, h] = alpha[e, h]
                         Dv[j, h] = de[e, h]
                 if drop:
-                    for j in range(m):
-                        e = perm[lo + j] if has_perm else lo + j
-                        for h in range(H):
-                            Av[j, h] *= scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
+                    dropped_weights(Av, Av, m, perm, lo, seed_lo, seed_hi, thresh, scale)
                 prefetch_gather(XRt, idx, lo, lo + m, dist)
                 for j in range(m):
                     i = idx[lo + j]

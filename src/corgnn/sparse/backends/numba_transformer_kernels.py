@@ -30,7 +30,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .numba_gat_kernels import keep_edge
+from .numba_gat_kernels import dropped_weights, keep_edge
 from .numba_kernels import chunk_degree, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
 
 __all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
@@ -117,10 +117,7 @@ def dot_attention_forward_rows(dist):
                         mx[h] = max(mx[h], P[j, h])
                 exp_shifted(P, T, m, mx, tot)
                 if drop:  # branch-free: a dropped entry adds zeros
-                    for j in range(m):
-                        e = perm[lo + j] if has_perm else lo + j
-                        for h in range(H):
-                            W[j, h] = P[j, h] * (dscale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero)
+                    dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, dscale)
                 w = W if drop else P
                 prefetch_gather(Vt, idx, lo, lo + m, dist)
                 for j in range(m):
