@@ -445,3 +445,23 @@ def test_stacked_projections_equal_separate_gemms_and_autograd(biases):
     for got, want in zip((*dws, dx), auto):
         assert torch.allclose(got, want)
     assert stacked_projection_grads(dPs, x.detach(), ws, False, False) == (None, None, None, None)
+
+
+def test_attention_ops_check_shapes():
+    """The raw GATv2 ops raise before any kernel runs when ``XL``, ``XR``, ``att`` or
+    ``G`` do not fit the pattern or one another."""
+    from corgnn.sparse.attention import gatv2_attention_backward, gatv2_attention_forward
+
+    ei, n = make_graph(seed=4)
+    A = Graph(ei, num_nodes=n).gat_adjacency(add_self_loops=True)
+    XL = XR = torch.randn(n, 2, 4)
+    att = torch.randn(1, 2, 4)
+    _, _, lse = gatv2_attention_forward(A, XL, XR, att, 0.2)
+    bad = {"XR": (XL, torch.randn(n - 1, 2, 4), att), "XL": (torch.randn(n, 2, 3), XR, att), "att": (XL, XR, torch.randn(2, 3))}
+    for what, (xl, xr, a) in bad.items():
+        with pytest.raises(ValueError, match=what):
+            gatv2_attention_forward(A, xl, xr, a, 0.2)
+        with pytest.raises(ValueError, match=what):
+            gatv2_attention_backward(A, XR, xl, xr, a, 0.2, lse=lse)
+    with pytest.raises(ValueError, match="G must have shape"):
+        gatv2_attention_backward(A, torch.randn(n, 2, 5), XL, XR, att, 0.2, lse=lse)

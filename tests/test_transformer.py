@@ -277,6 +277,32 @@ def test_float32_matches_pyg():
 
 
 
+
+def test_attention_ops_check_shapes():
+    """The raw ops raise before any kernel runs when ``Q, K, V, G`` do not fit the
+    pattern or one another (values of another width than queries: the kernels would
+    read ``V`` at ``Q``'s width, the Triton interpreter crashed on it)."""
+    from corgnn.sparse.attention_dot import dot_attention_backward, dot_attention_forward
+    from corgnn.sparse.rng import NO_DROPOUT
+
+    ei, n = make_graph(seed=4)
+    A = Graph(ei, num_nodes=n).gat_adjacency(add_self_loops=True)
+    Q = K = V = torch.randn(n, 3, 4)
+    D = torch.randn(n, 3)
+    _, lse, _, _ = dot_attention_forward(A, Q, K, V, 0.5, NO_DROPOUT)
+    bad = {
+        "V": (Q, K, torch.randn(n, 3, 2)), "K": (Q, torch.randn(n, 2, 4), V),
+        "Q": (torch.randn(n + 1, 3, 4), K, V), "must be 3-D": (Q, K, torch.randn(n, 12)),
+    }
+    for what, (q, k, v) in bad.items():
+        with pytest.raises(ValueError, match=what):
+            dot_attention_forward(A, q, k, v, 0.5, NO_DROPOUT)
+        with pytest.raises(ValueError, match=what):
+            dot_attention_backward(A, Q, q, k, v, D, 0.5, NO_DROPOUT, lse=lse)
+    with pytest.raises(ValueError, match="G must have shape"):
+        dot_attention_backward(A, torch.randn(n, 3, 5), Q, K, V, D, 0.5, NO_DROPOUT, lse=lse)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_exp_shifted_accuracy(dtype):
     """The row kernels' exp (a polynomial in float32, ``math.exp`` in float64): within

@@ -30,6 +30,7 @@ from .rng import NO_DROPOUT, DropoutSpec, dropout_keep_mask, dropout_kernel_args
 
 __all__ = [
     "DropoutSpec",
+    "check_head_operands",
     "node_scores",
     "attention_forward",
     "attention_backward",
@@ -39,6 +40,27 @@ __all__ = [
     "gatv2_attention_forward",
     "gatv2_attention_backward",
 ]
+
+def check_head_operands(A: SparseFormat, dst: dict, src: dict, att: torch.Tensor | None = None) -> None:
+    """Raise ``ValueError`` (naming the argument) unless every tensor of ``dst`` is
+    ``(n_dst, h, c)`` and every one of ``src`` ``(n_src, h, c)`` for ``A (n_dst, n_src)``,
+    ``(h, c)`` those of ``dst``'s first tensor (and ``att`` has ``h * c`` values): the
+    fused attention kernels read each at those sizes. Sizes that are not plain ints
+    (``torch.compile``'s symbolic ones) are not compared."""
+    n, m = A.shape
+    named = [(name, t, n) for name, t in dst.items()] + [(name, t, m) for name, t in src.items()]
+    for name, t, _ in named:
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be 3-D (nodes, heads, channels), got shape {tuple(t.shape)}")
+    first = next(iter(dst))
+    h, c = dst[first].shape[1:]
+    for name, t, rows in named:
+        want, got = (rows, h, c), tuple(t.shape)
+        if all(isinstance(v, int) for v in got + want) and got != want:
+            raise ValueError(f"{name} must have shape {want} for A of shape {(n, m)} and {first}'s (heads, channels) {(h, c)}, got {got}")
+    if att is not None and all(isinstance(v, int) for v in (att.numel(), h, c)) and att.numel() != h * c:
+        raise ValueError(f"att must have {h} x {c} values (heads x channels), got shape {tuple(att.shape)}")
+
 
 def node_scores(M: torch.Tensor, att_src: torch.Tensor, att_dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Node attention ``s[i, h] = <M[i, h], att_src[h]>`` and ``d`` likewise.
@@ -177,7 +199,12 @@ def gatv2_attention_forward(
         ``(out (n_dst, h, k), alpha (q, h) before dropout in A's entry order or None,
         lse (n_dst, h))``, ``lse`` each row's log-sum-exp of the scores (0 for an
         empty row), from which :func:`gatv2_attention_backward` recomputes ``alpha``.
+
+    Raises:
+        ValueError: ``XL (n_src, h, k)``, ``XR (n_dst, h, k)`` and ``att`` (``h * k``
+            values) not fitting ``A`` and one another (:func:`check_head_operands`).
     """
+    check_head_operands(A, {"XR": XR}, {"XL": XL}, att)
     H, K = XL.shape[1:]
     ptr, idx, perm = A.row_plan(False)
     out, alpha, lse = L.gatv2_attention(
@@ -216,10 +243,12 @@ def gatv2_attention_backward(
         ``(dXL (n_src, h, k), dXR (n_dst, h, k), datt (h, k))``.
 
     Raises:
-        ValueError: neither ``alpha`` nor ``lse`` given.
+        ValueError: neither ``alpha`` nor ``lse`` given; ``G``, ``XL``, ``XR``, ``att``
+            not shaped as the forward's (:func:`check_head_operands`).
     """
     if alpha is None and lse is None:
         raise ValueError("gatv2_attention_backward needs the cached alpha or the forward's lse to recompute it")
+    check_head_operands(A, {"XR": XR, "G": G}, {"XL": XL}, att)
     H, K = XL.shape[1:]
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     return L.gatv2_attention_backward(

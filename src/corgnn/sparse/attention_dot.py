@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from . import library as L
+from .attention import check_head_operands
 from .formats import SparseFormat
 from .rng import NO_DROPOUT, DropoutSpec
 
@@ -66,7 +67,12 @@ def dot_attention_forward(
         row without entries), from which the backward pass can recompute
         ``alpha_e = exp(s_e - lse_i)``; ``Ae_i = sum_e dropout(alpha_e) attr_e`` with
         edge features (the caller adds ``W_e Ae_i``, PyG's ``+ W_e attr_e`` on the values).
+
+    Raises:
+        ValueError: ``Q``, ``K``, ``V`` not shaped ``(n_dst, h, c)``, ``(n_src, h, c)``
+            for ``A (n_dst, n_src)`` (values as wide as queries and keys).
     """
+    check_head_operands(A, {"Q": Q}, {"K": K, "V": V})
     ptr, idx, perm = A.row_plan(False)
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     out, lse, alpha, Ae = L.transformer_attention(
@@ -118,10 +124,12 @@ def dot_attention_backward(
         ``dattr_e = sum_h (scale de_e Qe_i + drop_e alpha_e Ge_i) (q, f)``, else None.
 
     Raises:
-        ValueError: neither ``alpha`` nor ``lse`` given.
+        ValueError: neither ``alpha`` nor ``lse`` given; ``G, Q, K, V`` not shaped as
+            the forward's.
     """
     if alpha is None and lse is None:
         raise ValueError("dot_attention_backward needs the cached alpha, or lse to recompute it")
+    check_head_operands(A, {"Q": Q, "G": G}, {"K": K, "V": V})
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     dQ, dK, dV, dQe, dattr = L.transformer_attention_backward(
         *A.row_plan(False), *A.row_plan(True), G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous(),

@@ -71,6 +71,7 @@ def dot_attention_forward_rows(dist):
         """
         H = Q.shape[1]
         C = Q.shape[2]
+        Cv = Vt.shape[1]  # (values may be wider or narrower than queries and keys)
         F = attr.shape[1]
         has_edge = Ae.shape[0] > 0
         has_perm = perm.shape[0] > 0
@@ -85,7 +86,7 @@ def dot_attention_forward_rows(dist):
             mx = np.empty(H, dtype=Q.dtype)
             tot = np.empty(H, dtype=Q.dtype)
             Qt = np.empty((C, H), dtype=Q.dtype)
-            acc = np.empty((C, H), dtype=Q.dtype)
+            acc = np.empty((Cv, H), dtype=Q.dtype)
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
@@ -98,7 +99,7 @@ def dot_attention_forward_rows(dist):
                             Ae[i, h, f] = 0
                 if m == 0:
                     for h in range(H):
-                        for k in range(C):
+                        for k in range(Cv):
                             out[i, h, k] = 0
                     continue
                 transpose_row(Q, i, scale, Qt)
@@ -130,7 +131,7 @@ def dot_attention_forward_rows(dist):
                 for h in range(H):
                     lse[i, h] = mx[h] + math.log(tot[h])
                     tot[h] = 1 / tot[h]
-                    for k in range(C):
+                    for k in range(Cv):
                         out[i, h, k] = acc[k, h] * tot[h]
                     if has_edge:
                         for f in range(F):
@@ -188,7 +189,7 @@ def dot_attention_backward_rows(dist):
             tot = np.empty(H, dtype=Q.dtype)
             shift = np.empty(H, dtype=Q.dtype)
             Qt = np.empty((C, H), dtype=Q.dtype)
-            Gt = np.empty((C, H), dtype=Q.dtype)
+            Gt = np.empty((G.shape[2], H), dtype=Q.dtype)  # (values' width)
             acc = np.empty((C, H), dtype=Q.dtype)
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
@@ -278,12 +279,14 @@ def dot_attention_backward_cols(dist):
         (8 heads of 8 channels, 1 thread); the gather into this order costs ~3 ms.
         """
         H = G.shape[1]
-        C = G.shape[2]
+        C = Q.shape[2]
+        Cv = G.shape[2]  # (values' width)
         for t in prange(chunks.shape[0] - 1):
             for c in range(chunks[t], chunks[t + 1]):
                 for h in range(H):
                     for k in range(C):
                         dK[c, h, k] = 0
+                    for k in range(Cv):
                         dV[c, h, k] = 0
                 prefetch_gather(G, idx, ptr[c], ptr[c + 1], dist)
                 prefetch_gather(Q, idx, ptr[c], ptr[c + 1], dist)
@@ -294,5 +297,6 @@ def dot_attention_backward_cols(dist):
                         ad = ea[j, 1, h]
                         for k in range(C):
                             dK[c, h, k] += v * Q[i, h, k]
+                        for k in range(Cv):
                             dV[c, h, k] += ad * G[i, h, k]
     return dot_attention_backward_cols
