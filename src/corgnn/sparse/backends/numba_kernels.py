@@ -229,9 +229,13 @@ def head_dots(Xt, Yt, c, out, j):
     """``out[j, h] = sum_k Xt[k, h] * Yt[c, k, h]``: the per-head dot products of a
     ``(C, H)`` row with row ``c`` of a ``(n, C, H)`` array, vectorized over heads."""
     H = Xt.shape[1]
+    if Xt.shape[0] == 0:  # (no channel to start the sum with)
+        for h in range(H):
+            out[j, h] = 0
+        return
     for h in range(H):
-        out[j, h] = 0  # (not Xt[0] * Yt[c, 0]: C may be 0)
-    for k in range(Xt.shape[0]):
+        out[j, h] = Xt[0, h] * Yt[c, 0, h]
+    for k in range(1, Xt.shape[0]):
         for h in range(H):
             out[j, h] += Xt[k, h] * Yt[c, k, h]
 
