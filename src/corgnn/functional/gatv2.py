@@ -44,16 +44,16 @@ def _side(x: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tensor | Non
     return out.unflatten(1, (heads, -1))
 
 
-def _stacked(x_r, w_r, xs) -> bool:
-    """Whether ``XL, XR`` come from one GEMM with ``w_l, w_r`` stacked
-    (:func:`~corgnn.functional.projection.stacked_projections`, ``x`` read once): one
-    input, two weights, dense features."""
-    return x_r is None and w_r is not None and xs is None
+def _stacked(x_r, w_r) -> bool:
+    """Whether ``XL, XR`` come from one product with ``w_l, w_r`` stacked
+    (:func:`~corgnn.functional.projection.stacked_projections`, ``x`` or its sparse
+    features read once): one input, two weights."""
+    return x_r is None and w_r is not None
 
 
 def _sides(x_l, x_r, w_l, b_l, w_r, b_r, heads, xs=None):
-    if _stacked(x_r, w_r, xs):
-        return stacked_projections(x_l, (w_l, w_r), (b_l, b_r), heads)
+    if _stacked(x_r, w_r):
+        return stacked_projections(x_l, (w_l, w_r), (b_l, b_r), heads, xs)
     XL = _side(x_l, w_l, b_l, heads, xs)
     XR = XL if w_r is None else _side(x_l if x_r is None else x_r, w_r, b_r, heads, xs)
     return XL, XR
@@ -111,7 +111,7 @@ class GATv2Function(torch.autograd.Function):
         keep_row = (alpha, None) if cache == "edge_weights" else (None, lse)
         ctx.shared = XR is XL
         ctx.same_x = x_r is None
-        ctx.stacked = _stacked(x_r, w_r, xs)
+        ctx.stacked = _stacked(x_r, w_r)
         ctx.xs = xs if (cache == "none" or need_wl or need_wr) else None
         ctx.save_for_backward(keep_xl, keep_xr, w_l, b_l, w_r, b_r, att, *keep_side, *keep_row, seed)
         return _finish(out3, concat, bias)
@@ -142,9 +142,9 @@ class GATv2Function(torch.autograd.Function):
             if ctx.shared:
                 dXL = dXL + dXR
             dXL = dXL.flatten(1)
-            if ctx.stacked and x_l is not None:
+            if ctx.stacked:
                 dXR = dXR.flatten(1)
-                gwl, gwr, gxl = stacked_projection_grads((dXL, dXR), x_l, (w_l, w_r), need[2] or need[4], need[0])
+                gwl, gwr, gxl = stacked_projection_grads((dXL, dXR), x_l, (w_l, w_r), need[2] or need[4], need[0], ctx.xs)
                 gwl, gwr = (gwl if need[2] else None), (gwr if need[4] else None)
                 gbl = dXL.sum(0) if need[3] else None
                 gbr = dXR.sum(0) if need[5] else None

@@ -1,35 +1,56 @@
-"""Several projections of one input as one GEMM (the attention layers' ``Q, K, V`` and
-GATv2's two sides).
+"""Several projections of one input as one product (the attention layers' ``Q, K, V``
+and GATv2's two sides).
 
 ``x W_1^T, ..., x W_s^T`` (+ biases) with the weights stacked ``(s * d, m)``: one GEMM
 reads ``x (n, m)`` once instead of ``s`` times (PubMed's ``x``, 19717 x 500 floats, is
 39 MB), and its backward is one GEMM for the stacked weight gradient ``dP^T x`` and
-one for ``dP W`` (``dP`` the stacked output gradients). The outputs are column blocks
-of the one product, each copied out contiguous once (the fused kernels read
-contiguous operands).
+one for ``dP W`` (``dP`` the stacked output gradients). Sparse features ``xs`` (a
+corgnn sparse matrix of ``x``'s non-zeros) take one SpMM ``xs [W_1; ...; W_s]^T``
+and, backward, one transposed SpMM ``xs^T dP`` the same way.
+
+NOTE: with sparse features each SpMM walks all of ``xs``'s entries (PubMed's: 977k)
+and the walk, not the multiply-adds, dominates at 64 columns: the graph
+transformer's 3 query/key/value SpMMs and their 3 transposed ones took 22 of its
+80 ms training step on PubMed (2 threads), see the README's attention numbers.
+
+The outputs are column blocks of the one product, each copied out contiguous once
+(the fused kernels read contiguous operands).
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..sparse.formats import SparseFormat
+from ..sparse.ops import spmm
+
 __all__ = ["stacked_projections", "stacked_projection_grads"]
 
 
-def stacked_projections(x: torch.Tensor, weights: tuple, biases: tuple, heads: int) -> tuple[torch.Tensor, ...]:
+def stacked_projections(x: torch.Tensor | None, weights: tuple, biases: tuple, heads: int, xs: SparseFormat | None = None) -> tuple[torch.Tensor, ...]:
     """``(x W_i^T + b_i).unflatten(1, (heads, -1))`` for every ``W_i (d, m)`` of
-    ``weights`` (all of one shape), biases ``(d,)`` each or all None; one GEMM."""
+    ``weights`` (all of one shape), biases ``(d,)`` each or all None; one GEMM, or
+    one SpMM over the sparse features ``xs (n, m)`` when given (``x`` unread)."""
     w = torch.cat(weights)
-    out = torch.mm(x, w.t()) if biases[0] is None else torch.addmm(torch.cat(biases), x, w.t())
+    b = None if biases[0] is None else torch.cat(biases)
+    if xs is not None:
+        out = spmm(xs, w.t(), bias=b)
+    else:
+        out = torch.mm(x, w.t()) if b is None else torch.addmm(b, x, w.t())
     # (each block made contiguous once here: the kernels would copy a strided block per call)
     return tuple(p.contiguous().unflatten(1, (heads, -1)) for p in out.chunk(len(weights), dim=1))
 
 
-def stacked_projection_grads(grads: tuple, x: torch.Tensor | None, weights: tuple, need_weights: bool, need_x: bool):
+def stacked_projection_grads(grads: tuple, x: torch.Tensor | None, weights: tuple, need_weights: bool, need_x: bool, xs: SparseFormat | None = None):
     """``(dW_1, ..., dW_s, dx)`` of :func:`stacked_projections` for the output gradients
-    ``grads`` (each ``(n, d)``), ``x`` (needed for the weight gradients); a gradient not
-    needed is None. Two GEMMs at most."""
+    ``grads`` (each ``(n, d)``), ``x`` or the sparse features ``xs`` (needed for the
+    weight gradients; ``dx`` is never asked of constant sparse features); a gradient
+    not needed is None. Two products at most."""
     dP = torch.cat(grads, dim=1)
-    dws = torch.mm(dP.t(), x).chunk(len(grads), dim=0) if need_weights else (None,) * len(grads)
+    dws = (None,) * len(grads)
+    if need_weights:
+        # NOTE: dW = dP^T X = (X^T dP)^T: with sparse X a transposed SpMM over its non-zeros
+        dW = spmm(xs, dP, transpose=True).t() if xs is not None else torch.mm(dP.t(), x)
+        dws = dW.chunk(len(grads), dim=0)
     dx = torch.mm(dP, torch.cat(weights)) if need_x else None
     return (*dws, dx)

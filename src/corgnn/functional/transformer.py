@@ -60,18 +60,11 @@ def project_heads(x: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tens
     return P.unflatten(1, (heads, -1))  # (not view(n, heads, -1): ambiguous when n = 0)
 
 
-def _one_gemm(x_dst, xs) -> bool:
-    """Whether ``Q, K, V`` come from one GEMM with the three weights stacked
-    (:func:`~corgnn.functional.projection.stacked_projections`): one node set (queries
-    from ``x_src``) and dense features."""
-    return x_dst is None and xs is None
-
-
 def _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs):
-    if _one_gemm(x_dst, xs):  # (X read once: :mod:`corgnn.functional.projection`)
-        return stacked_projections(x_src, (wq, wk, wv), (bq, bk, bv), heads)
-    Q = project_heads(x_src if x_dst is None else x_dst, wq, bq, heads, xs if x_dst is None else None)
-    return Q, project_heads(x_src, wk, bk, heads, xs), project_heads(x_src, wv, bv, heads, xs)
+    if x_dst is None:  # one node set: one product, X read once (:mod:`corgnn.functional.projection`)
+        return stacked_projections(x_src, (wq, wk, wv), (bq, bk, bv), heads, xs)
+    # (two node sets: dense features, queries from x_dst)
+    return project_heads(x_dst, wq, bq, heads), project_heads(x_src, wk, bk, heads), project_heads(x_src, wv, bv, heads)
 
 
 def _combine(out3: torch.Tensor, concat: bool) -> torch.Tensor:
@@ -141,7 +134,7 @@ class TransformerFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         need_w = need[2] or need[4] or need[6]
         ctx.A, ctx.heads, ctx.concat, ctx.p, ctx.cache, ctx.scale = A, heads, concat, p, cache, scale
-        ctx.one_set, ctx.stacked = x_dst is None, _one_gemm(x_dst, xs)
+        ctx.one_set = x_dst is None
         ctx.xs = xs if (need_w or cache == "none") else None
         keep_x = need_w or cache == "none"
         keep_src = x_src if keep_x and xs is None else None
@@ -188,24 +181,21 @@ class TransformerFunction(torch.autograd.Function):
             if need[8]:
                 grads[8] = dattr
         dQ, dK, dV = dQ.flatten(1), dK.flatten(1), dV.flatten(1)
-        one_set = ctx.one_set
-        if ctx.stacked and x_src is not None:
-            gwq, gwk, gwv, gx = stacked_projection_grads((dQ, dK, dV), x_src, (wq, wk, wv), need[2] or need[4] or need[6], need[0])
+        if ctx.one_set:
+            gwq, gwk, gwv, gx = stacked_projection_grads((dQ, dK, dV), x_src, (wq, wk, wv), need[2] or need[4] or need[6], need[0], xs)
             for i, (slot, d) in enumerate(((2, dQ), (4, dK), (6, dV))):
                 grads[slot] = (gwq, gwk, gwv)[i] if need[slot] else None
                 grads[slot + 1] = d.sum(0) if need[slot + 1] else None
             grads[0] = gx
             return tuple(grads)
-        for slot, d, w, x in ((2, dQ, wq, x_src if one_set else x_dst), (4, dK, wk, x_src), (6, dV, wv, x_src)):
+        # (two node sets, dense features: queries from x_dst)
+        for slot, d, x in ((2, dQ, x_dst), (4, dK, x_src), (6, dV, x_src)):
             if need[slot]:
-                # NOTE: dW = dP^T X = (X^T dP)^T; with sparse X a transposed SpMM over its non-zeros
-                use_xs = xs is not None and (slot != 2 or one_set)
-                grads[slot] = spmm(xs, d, transpose=True).t() if use_xs else torch.mm(d.t(), x)
+                grads[slot] = torch.mm(d.t(), x)
             if need[slot + 1]:
                 grads[slot + 1] = d.sum(0)
         if need[0]:
-            gx = torch.mm(dK, wk) + torch.mm(dV, wv)
-            grads[0] = gx.addmm_(dQ, wq) if one_set else gx
+            grads[0] = torch.mm(dK, wk).addmm_(dV, wv)
         if need[1]:
             grads[1] = torch.mm(dQ, wq)
         return tuple(grads)

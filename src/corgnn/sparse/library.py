@@ -23,6 +23,7 @@ attention) are written in the format's order. Values ``val=None`` mean all ones.
 op                          computes (``B``/``C``/``M`` 2-D ``(rows, f)`` or semi-batched 3-D ``(rows, h, f)``)
 ==========================  ==============================================================
 ``spmm_rows``               ``out[i] = sum_{w in row i} val[perm[w]] B[idx[w]] (+ bias)``
+``spmm_scatter_rows``       ``A^T B`` by ``A``'s rows: ``out[idx[w]] += val[perm[w]] B[i]`` (2-D)
 ``spmm_ell``                ELLPACK: ``out[i] = sum_{s < lengths[i]} V[i, s] B[col[i, s]]``
 ``spmm_hybrid``             CSR part rows, then the row-sorted COO part added in
 ``sddmm_rows``              ``out[perm[w]] = val[perm[w]] <B[i], C[idx[w]]>``
@@ -60,6 +61,7 @@ from .dispatch import run, select
 
 __all__ = [
     "spmm_rows",
+    "spmm_scatter_rows",
     "spmm_ell",
     "spmm_hybrid",
     "sddmm_rows",
@@ -75,6 +77,7 @@ __all__ = [
     "transformer_attention",
     "transformer_attention_backward",
     "OPS",
+    "can_run",
 ]
 
 
@@ -125,6 +128,16 @@ CASE_OF: dict = {}
 """Per op, ``args -> Case``: what dispatch needs to know about one call."""
 
 
+def can_run(name: str, *args) -> bool:
+    """Whether a backend (the forced one, if any) runs op ``name`` on ``args``: for a
+    caller choosing between two ops that compute the same (memoized: a dict lookup)."""
+    try:
+        select(CASE_OF[name](*args))
+    except ValueError:
+        return False
+    return True
+
+
 def _decompose(case_of, name, mode, op, types, args, kwargs):
     """The op under ``FunctionalTensorMode`` (AOTAutograd tracing a compiled graph):
     replaced by the selected backend's traceable form when it has one (as
@@ -144,6 +157,7 @@ def _decompose(case_of, name, mode, op, types, args, kwargs):
 # One caller per op of :data:`corgnn.sparse.backends.base.KERNEL_OPS` (signatures,
 # fakes and docstrings live there, shared with the backends).
 spmm_rows = _register(KERNEL_OPS["spmm_rows"])
+spmm_scatter_rows = _register(KERNEL_OPS["spmm_scatter_rows"])
 spmm_ell = _register(KERNEL_OPS["spmm_ell"])
 spmm_hybrid = _register(KERNEL_OPS["spmm_hybrid"])
 sddmm_rows = _register(KERNEL_OPS["sddmm_rows"])

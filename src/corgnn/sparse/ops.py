@@ -73,9 +73,38 @@ def _walk_values(val: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     return hit[2]
 
 
+SCATTER_MIN_BYTES = 4 << 20
+"""``A^T B`` walks ``A``'s rows (``spmm_scatter_rows``) instead of ``A^T``'s once
+``B`` holds at least this many bytes ..."""
+SCATTER_MAX_BYTES = 2 << 20
+"""... and the per-thread ``(columns of A, f)`` accumulators together at most this many.
+
+NOTE (measured, 2 threads, min of 9; the weight gradients ``X^T dP`` of sparse input
+features): the transposed walk reads a row of ``B`` per entry at random, cheap while
+``B`` stays in cache and slow once it does not; scattering into cached accumulators
+reads ``B`` once, in order. PubMed's features (19717 x 500, 977k entries): 2.0 vs
+2.3 ms at f = 16 (``B`` 1.3 MB), 6.5 vs 4.3 at 64 (5 MB), 14-25 vs 9.9 at 192;
+Cora's and CiteSeer's (``B`` at most 3.4 MB at f = 256): the transposed walk is
+faster at every f (0.4 vs 0.65 ms at Cora, f = 192)."""
+
+
+def _scatter_pays(A: SparseFormat, B: torch.Tensor) -> bool:
+    """Whether ``A^T B`` runs as ``spmm_scatter_rows`` (CPU, 2-D ``B``, the sizes of
+    :data:`SCATTER_MIN_BYTES` / :data:`SCATTER_MAX_BYTES`)."""
+    if B.dim() != 2 or B.device.type != "cpu" or torch.compiler.is_compiling():
+        return False
+    row_bytes = B.size(1) * B.element_size()
+    return B.size(0) * row_bytes >= SCATTER_MIN_BYTES and torch.get_num_threads() * A.shape[1] * row_bytes <= SCATTER_MAX_BYTES
+
+
 def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``op(A) B (+ bias)``: the bias is the row kernel's epilogue; format kernels add it after."""
     own = A.spmm_kernel(val, transpose)
+    if own is None and transpose and _scatter_pays(A, B):
+        ptr, idx, perm = A.row_plan(False)
+        if L.can_run("spmm_scatter_rows", ptr, idx, perm, val, B, A.shape[1]):
+            out = L.spmm_scatter_rows(ptr, idx, perm, val, B, A.shape[1])
+            return out if bias is None else out.add_(bias)
     if own is None:
         ptr, idx, perm = A.row_plan(transpose)
         if perm is not None and val is not None and val is A.val and not torch.compiler.is_compiling():

@@ -102,6 +102,18 @@ def _(ptr, idx, perm, val, B, bias=None):
     return _out_rows(B, ptr.shape[0] - 1)
 
 
+@_op(4)
+def spmm_scatter_rows(ptr: Tensor, idx: Tensor, perm: Tensor | None, val: Tensor | None, B: Tensor, cols: int) -> Tensor:
+    """``A^T B`` walking the rows of ``A`` (its row plan ``ptr, idx, perm``, ``cols``
+    its column count): ``out[idx[w]] += val[perm[w]] B[i]`` for the entries ``w`` of
+    row ``i``, ``out (cols, f)``; 2-D ``B (rows of A, f)`` only."""
+
+
+@_fake_of(spmm_scatter_rows)
+def _(ptr, idx, perm, val, B, cols):
+    return _out_rows(B, cols)
+
+
 @_op(3)
 def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tensor:
     ...

@@ -86,7 +86,14 @@ def _make_chunks(ptr: np.ndarray, threads: int) -> np.ndarray:
     n = ptr.shape[0] - 1
     total = int(ptr[-1]) + n
     # (a multiple of the thread count, so equal-work tasks keep every thread busy)
-    tasks = max(1, min(n, 16 * threads, threads * (total // (threads * CHUNK_MIN_WORK))))
+    return _split_rows(ptr, max(1, min(n, 16 * threads, threads * (total // (threads * CHUNK_MIN_WORK)))))
+
+
+def _split_rows(ptr: np.ndarray, tasks: int) -> np.ndarray:
+    """Row bounds ``(tasks + 1,)`` of ``tasks`` parts of about equal ``entries + rows``."""
+    n = ptr.shape[0] - 1
+    total = int(ptr[-1]) + n
+    tasks = max(1, min(n, tasks))
     if tasks == 1:
         return np.array([0, n], dtype=np.int64)
     work = ptr + np.arange(n + 1)  # entries + rows before each row, increasing
@@ -203,6 +210,14 @@ class NumbaBackend(Backend):
             return out
         k.spmm_rows_heads(p, i, _vals(val, B), pm, chunks, _np(B), out.numpy())
         return out if bias is None else out.add_(bias)
+
+    def spmm_scatter_rows(self, ptr, idx, perm, val, B, cols):
+        # (one task and one (cols, f) accumulator per thread, summed here)
+        p = _np(ptr)
+        chunks = _split_rows(p, numba.get_num_threads())
+        acc = torch.empty(chunks.shape[0] - 1, cols, B.shape[1], dtype=B.dtype)
+        k.spmm_scatter_rows(p, _np(idx), _vals(val, B), _perm(perm), chunks, _np(B), acc.numpy())
+        return acc.sum(0) if acc.shape[0] > 1 else acc[0]
 
     def spmm_ell(self, col, lengths, V, B):
         out = torch.empty((col.size(0),) + tuple(B.shape[1:]), dtype=B.dtype)

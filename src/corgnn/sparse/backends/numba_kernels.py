@@ -51,6 +51,7 @@ from numba.extending import intrinsic
 
 __all__ = [
     "spmm_rows",
+    "spmm_scatter_rows",
     "spmm_rows_heads",
     "sddmm_rows",
     "sddmm_rows_heads",
@@ -283,6 +284,42 @@ def spmm_rows(dist):
                         for k in range(f):
                             out[i, k] += B[c, k]
     return spmm_rows
+
+
+@njit(**_JIT)
+def spmm_scatter_rows(ptr, idx, val, perm, chunks, B, acc):
+    """``A^T B`` walking ``A``'s rows: task ``t`` adds ``val[e_j] * B[i]`` into its own
+    ``acc[t, idx[j]]`` for the entries ``j`` of its rows ``i``; the caller sums ``acc``
+    over tasks.
+
+    ptr (n+1,), idx (nnz,) the column of each entry, val (nnz,) or empty (all ones),
+    perm (nnz,) or empty, chunks (T+1,) row bounds of the T tasks, B (n, f),
+    acc (T, cols, f) overwritten.
+
+    NOTE: the transposed walk (``spmm_rows`` on ``A^T``'s plan) reads a row of ``B``
+    per entry at random; when ``B`` outgrows the caches and ``A`` has few columns
+    (sparse input features: PubMed's 19717 x 500, 977k entries) this walk reads ``B``
+    once, in order, and scatters into ``acc``, which stays in cache: 6.5 -> 4.3 ms at
+    64 columns, 15-25 -> 10 ms at 192 (2 threads), see ``corgnn.sparse.ops``.
+    """
+    f = B.shape[1]
+    has_val = val.shape[0] > 0
+    has_perm = perm.shape[0] > 0
+    for t in prange(chunks.shape[0] - 1):
+        a = acc[t]
+        for c in range(a.shape[0]):
+            for k in range(f):
+                a[c, k] = 0
+        for i in range(chunks[t], chunks[t + 1]):
+            for j in range(ptr[i], ptr[i + 1]):
+                c = idx[j]
+                if has_val:
+                    v = val[perm[j] if has_perm else j]
+                    for k in range(f):
+                        a[c, k] += v * B[i, k]
+                else:
+                    for k in range(f):
+                        a[c, k] += B[i, k]
 
 
 @gather_kernel(operand=5)

@@ -104,6 +104,14 @@ class TorchBackend(Backend):
         out = _spmm(row, idx, val, B, ptr.numel() - 1)
         return (out if bias is None else out.add_(bias)).to(dt)
 
+    def spmm_scatter_rows(self, ptr, idx, perm, val, B, cols):
+        dt = B.dtype
+        val, B = _f32(val, B)
+        row, idx, perm = _walk(ptr, idx, perm)
+        if val is not None:
+            val = val[: row.numel()] if perm is None else val.index_select(0, perm)
+        return _spmm(idx, row, val, B, cols).to(dt)  # (A^T: rows and columns swapped)
+
     def spmm_ell(self, col, lengths, V, B):
         dt = B.dtype
         V, B = _f32(V, B)

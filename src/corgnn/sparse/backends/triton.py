@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from .base import Backend, Case
+from .base import OP_NAMES, Backend, Case
 
 __all__ = ["TritonBackend"]
 
@@ -50,6 +50,9 @@ class TritonBackend(Backend):
     float32/float64 and bfloat16/float16 (accumulated in float32)."""
 
     name = "triton"
+    ops = tuple(op for op in OP_NAMES if op != "spmm_scatter_rows")
+    """(``A^T B`` by ``A``'s rows pays off through CPU caches; a GPU runs the transposed
+    walk, ``spmm_rows``, and :mod:`corgnn.sparse.ops` asks for it on CPU only)"""
 
     def unavailable(self) -> str | None:
         if importlib.util.find_spec("triton") is None:
