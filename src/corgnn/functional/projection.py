@@ -8,10 +8,10 @@ one for ``dP W`` (``dP`` the stacked output gradients). Sparse features ``xs`` (
 corgnn sparse matrix of ``x``'s non-zeros) take one SpMM ``xs [W_1; ...; W_s]^T``
 and, backward, one transposed SpMM ``xs^T dP`` the same way.
 
-NOTE: with sparse features each SpMM walks all of ``xs``'s entries (PubMed's: 977k)
-and the walk, not the multiply-adds, dominates at 64 columns: the graph
-transformer's 3 query/key/value SpMMs and their 3 transposed ones took 22 of its
-80 ms training step on PubMed (2 threads), see the README's attention numbers.
+NOTE (measured on PubMed's features, 19717 x 500 with 977k entries, 2 threads):
+one SpMM at 192 columns costs what three at 64 do (8.8 vs 3 x 3.4 ms), but the
+stacked transposed SpMM of the backward runs by ``A``'s rows
+(:data:`corgnn.sparse.ops.SCATTER_MIN_BYTES`) in 8.1 ms against 3 x 3.7 ms.
 
 The outputs are column blocks of the one product, each copied out contiguous once
 (the fused kernels read contiguous operands).
