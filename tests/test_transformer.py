@@ -593,3 +593,24 @@ def test_explain_shows_the_layers_plans(cora):
     text = explain_model("transformer", "Cora", hidden=4)
     assert text.count("TransformerConv, caching scheme") == 2 and text.count("choice: edge_weights") == 2
     assert "row_stats" in text and "heads=8" in text
+
+
+def test_stacked_projections_heads_last_blocks():
+    """Blocks asked heads-last are the same values stored ``(n, c, h)`` (what the CPU
+    kernels gather without a transposed copy), from dense and sparse features."""
+    from corgnn.functional.projection import stacked_projections
+    from corgnn.sparse.formats import CSR
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 5, generator=g, dtype=F64) * (torch.rand(7, 5, generator=g) < 0.4)
+    nz = x.nonzero().t()
+    xs = CSR.from_coo(nz[0], nz[1], x[nz[0], nz[1]], tuple(x.shape))
+    ws = tuple(torch.randn(6, 5, generator=g, dtype=F64) for _ in range(3))
+    bs = tuple(torch.randn(6, generator=g, dtype=F64) for _ in range(3))
+    for feats in ({"x": x}, {"x": None, "xs": xs}):
+        plain = stacked_projections(feats["x"], ws, bs, 2, feats.get("xs"))
+        last = stacked_projections(feats["x"], ws, bs, 2, feats.get("xs"), heads_last=(1, 2))
+        for i, (a, b) in enumerate(zip(plain, last)):
+            torch.testing.assert_close(b, a)
+            torch.testing.assert_close(a, (x @ ws[i].t() + bs[i]).unflatten(1, (2, 3)))
+            assert a.is_contiguous() and b.transpose(1, 2).is_contiguous() == (i > 0)

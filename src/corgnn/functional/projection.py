@@ -27,18 +27,28 @@ from ..sparse.ops import spmm
 __all__ = ["stacked_projections", "stacked_projection_grads"]
 
 
-def stacked_projections(x: torch.Tensor | None, weights: tuple, biases: tuple, heads: int, xs: SparseFormat | None = None) -> tuple[torch.Tensor, ...]:
+def stacked_projections(
+    x: torch.Tensor | None, weights: tuple, biases: tuple, heads: int, xs: SparseFormat | None = None, heads_last: tuple[int, ...] = ()
+) -> tuple[torch.Tensor, ...]:
     """``(x W_i^T + b_i).unflatten(1, (heads, -1))`` for every ``W_i (d, m)`` of
     ``weights`` (all of one shape), biases ``(d,)`` each or all None; one GEMM, or
-    one SpMM over the sparse features ``xs (n, m)`` when given (``x`` unread)."""
-    w = torch.cat(weights)
-    b = None if biases[0] is None else torch.cat(biases)
+    one SpMM over the sparse features ``xs (n, m)`` when given (``x`` unread).
+
+    The blocks ``i`` in ``heads_last`` come out stored heads-last: the
+    ``(n, heads, d / heads)`` view (strides ``(d, 1, heads)``) of a contiguous
+    ``(n, d / heads, heads)`` tensor, the layout the CPU attention kernels gather
+    rows in (``numba_cpu._heads_last`` then copies nothing), by permuting those
+    weights' rows before the product. Values are the same either way."""
+    lay = lambda t, i: t.unflatten(0, (heads, -1)).transpose(0, 1).flatten(0, 1) if i in heads_last else t  # noqa: E731
+    w = torch.cat([lay(W, i) for i, W in enumerate(weights)])
+    b = None if biases[0] is None else torch.cat([lay(bi, i) for i, bi in enumerate(biases)])
     if xs is not None:
         out = spmm(xs, w.t(), bias=b)
     else:
         out = torch.mm(x, w.t()) if b is None else torch.addmm(b, x, w.t())
     # (each block made contiguous once here: the kernels would copy a strided block per call)
-    return tuple(p.contiguous().unflatten(1, (heads, -1)) for p in out.chunk(len(weights), dim=1))
+    blocks = [p.contiguous() for p in out.chunk(len(weights), dim=1)]
+    return tuple(p.unflatten(1, (-1, heads)).transpose(1, 2) if i in heads_last else p.unflatten(1, (heads, -1)) for i, p in enumerate(blocks))
 
 
 def stacked_projection_grads(grads: tuple, x: torch.Tensor | None, weights: tuple, need_weights: bool, need_x: bool, xs: SparseFormat | None = None):

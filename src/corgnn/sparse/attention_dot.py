@@ -75,8 +75,9 @@ def dot_attention_forward(
     check_head_operands(A, {"Q": Q}, {"K": K, "V": V})
     ptr, idx, perm = A.row_plan(False)
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
+    # (K and V in any layout: each backend reads them as it needs, Numba heads-last)
     out, lse, alpha, Ae = L.transformer_attention(
-        ptr, idx, perm, Q.contiguous(), K.contiguous(), V.contiguous(), c(Qe), c(attr), float(scale), drop.p, drop.seed, bool(want_alpha)
+        ptr, idx, perm, Q.contiguous(), K, V, c(Qe), c(attr), float(scale), drop.p, drop.seed, bool(want_alpha)
     )
     return out, lse, alpha if want_alpha else None, Ae if attr is not None else None
 
@@ -132,7 +133,7 @@ def dot_attention_backward(
     check_head_operands(A, {"Q": Q, "G": G}, {"K": K, "V": V})
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     dQ, dK, dV, dQe, dattr = L.transformer_attention_backward(
-        *A.row_plan(False), *A.row_plan(True), G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous(),
+        *A.row_plan(False), *A.row_plan(True), G.contiguous(), Q.contiguous(), K, V,
         D.contiguous(), c(Qe), c(Ge), c(attr), c(alpha), None if alpha is not None else c(lse), float(scale), drop.p, drop.seed,
     )
     return (dQ, dK, dV) + ((dQe, dattr) if attr is not None else (None, None))
