@@ -130,23 +130,6 @@ def _heads_last(X: torch.Tensor) -> np.ndarray:
     return X.detach().transpose(1, 2).contiguous().numpy()
 
 
-def _walk_order(per_entry: torch.Tensor, perm) -> torch.Tensor:
-    """``per_entry (q, ...)`` rows in the order the walk ``perm`` orders (row ``j`` =
-    entry ``perm[j]``; ``perm`` None: already so): one gather (``index_select``,
-    bounds-checked) in a tight loop, so that a kernel over that walk reads them in
-    sequence.
-
-    NOTE: a column walk reading per-entry arrays at random through ``perm`` inside its
-    long loop body overlaps few of those cache misses: 12 of the transformer column
-    kernel's 20 ms on a 20k-node, 200k-edge graph (8 heads, 1 thread), against ~3 ms
-    for this gather. (A scatter by the inverse permutation is faster still, ~1.5 ms,
-    but it trusts ``perm`` to be a permutation, and under ``torch.compile`` a GAT
-    pattern's transposed walk was not one: the scatter wrote out of bounds.)"""
-    if perm is None:
-        return per_entry
-    return per_entry.index_select(0, perm)
-
-
 def _edge_arrays(Qe, attr, H: int, dtype) -> tuple[np.ndarray, np.ndarray]:
     """``(Qe (n, H, F), attr (q, F))`` arrays of the attention kernels' edge features,
     or empty ones (no edge features)."""
@@ -395,7 +378,5 @@ class NumbaBackend(Backend):
         )
         dK = torch.empty(K.shape, dtype=dt)
         dV = torch.empty(V.shape, dtype=dt)
-        tp, ti, _, tchunks = _walk(tptr, tidx, tperm)
-        ea = _walk_order(ea, tperm)
-        tk.dot_attention_backward_cols(tp, ti, tchunks, Gn, Qn, ea.numpy(), sc, dK.numpy(), dV.numpy())
+        tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), Gn, Qn, ea.numpy(), sc, dK.numpy(), dV.numpy())
         return dQ, dK, dV, dQe, dattr

@@ -257,44 +257,60 @@ def dot_attention_backward_rows(dist):
     return dot_attention_backward_rows
 
 
-@gather_kernel(operand=3)
+@gather_kernel(operand=4)
 def dot_attention_backward_cols(dist):
     @njit(**_JIT)
-    def dot_attention_backward_cols(ptr, idx, chunks, G, Q, ea, scale, dK, dV):
+    def dot_attention_backward_cols(ptr, idx, perm, chunks, G, Q, ea, scale, dK, dV):
         """Backward over source nodes (the transposed walk): ``dK`` and ``dV``.
 
         For source ``c`` (entries ``e`` with destination ``i_e``):
         ``dK[c, h] = scale * sum_e de[e, h] Q[i_e, h]`` and
         ``dV[c, h] = sum_e alpha_d[e, h] G[i_e, h]`` (``A_alpha^T G``).
 
-        ptr (n_src+1,), idx (q,) destination of each walked entry; chunks (T+1,)
-        column bounds of the parallel tasks; G, Q (n, H, C); ``ea`` (q, 2, H) the
-        ``(de, alpha_d)`` of :func:`dot_attention_backward_rows` in this walk's order
-        (row ``j`` for position ``j`` of ``idx``: the caller permutes them with
-        ``numba_cpu._walk_order``, so that they are read in sequence); dK,
-        dV (n_src, H, C) overwritten.
+        ptr (n_src+1,), idx (q,) destination of each walked entry, perm (q,) the entry
+        of each walked position or empty (identity); chunks (T+1,) column bounds of
+        the parallel tasks; G, Q (n, H, C); ``ea`` (q, 2, H) the ``(de, alpha_d)`` of
+        :func:`dot_attention_backward_rows` in entry order; dK, dV (n_src, H, C)
+        overwritten.
 
-        NOTE: read through the walk's permutation instead, at random, ``de`` and
+        Per column, the entries' ``ea`` rows are first gathered through ``perm`` into
+        a ``(degree, 2, H)`` buffer in a tight loop (many cache misses in flight),
+        then read in sequence, as GATv2's column kernel does.
+
+        NOTE: read through ``perm`` inside the long loop body instead, ``de`` and
         ``alpha_d`` cost this kernel 12 of its 20 ms on a 20k-node, 200k-edge graph
-        (8 heads of 8 channels, 1 thread); the gather into this order costs ~3 ms.
+        (8 heads of 8 channels, 1 thread); a ``(q, 2, H)`` copy in this walk's order
+        first (``index_select``) cost ~3.5 ms a layer at 2 threads there, and that
+        copy's memory.
         """
         H = G.shape[1]
         C = Q.shape[2]
         Cv = G.shape[2]  # (values' width)
+        has_perm = perm.shape[0] > 0
         for t in prange(chunks.shape[0] - 1):
+            Ev = np.empty((chunk_degree(ptr, chunks, t), 2, H), dtype=ea.dtype)
             for c in range(chunks[t], chunks[t + 1]):
+                lo = ptr[c]
+                m = ptr[c + 1] - lo
                 for h in range(H):
                     for k in range(C):
                         dK[c, h, k] = 0
                     for k in range(Cv):
                         dV[c, h, k] = 0
-                prefetch_gather(G, idx, ptr[c], ptr[c + 1], dist)
-                prefetch_gather(Q, idx, ptr[c], ptr[c + 1], dist)
-                for j in range(ptr[c], ptr[c + 1]):
-                    i = idx[j]
+                if has_perm:  # (the entries ``dist`` ahead, across columns: the reads below are at random)
+                    prefetch_gather(ea, perm, lo, lo + m, dist)
+                for j in range(m):
+                    e = perm[lo + j] if has_perm else lo + j
                     for h in range(H):
-                        v = ea[j, 0, h] * scale
-                        ad = ea[j, 1, h]
+                        Ev[j, 0, h] = ea[e, 0, h] * scale
+                        Ev[j, 1, h] = ea[e, 1, h]
+                prefetch_gather(G, idx, lo, lo + m, dist)
+                prefetch_gather(Q, idx, lo, lo + m, dist)
+                for j in range(m):
+                    i = idx[lo + j]
+                    for h in range(H):
+                        v = Ev[j, 0, h]
+                        ad = Ev[j, 1, h]
                         for k in range(C):
                             dK[c, h, k] += v * Q[i, h, k]
                         for k in range(Cv):
