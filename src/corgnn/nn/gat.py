@@ -17,7 +17,7 @@ from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
 from .base import (
-    CorgnnConv, FeatureCache, UnsupportedOption, check_compiled_x, check_message_passing_kwargs, dropout, message_passing_unsupported,
+    CorgnnConv, FeatureCache, UnsupportedOption, check_compiled_x, check_message_passing_kwargs, dropout, hidden_elu, message_passing_unsupported,
     not_parameters, num_rows,
 )
 
@@ -568,7 +568,7 @@ class GAT(nn.Module):
             x = xs.with_values(dropout(xs.val, self.dropout, self.training))
         else:
             x = dropout(x, self.dropout, self.training)
-        x = nn.functional.elu(self.conv1(x, graph))
+        x = hidden_elu(self.conv1(x, graph))
         x = dropout(x, self.dropout, self.training)
         return self.conv2(x, graph)
 
