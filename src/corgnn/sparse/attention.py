@@ -208,7 +208,7 @@ def gatv2_attention_forward(
     H, K = XL.shape[1:]
     ptr, idx, perm = A.row_plan(False)
     out, alpha, lse = L.gatv2_attention(
-        ptr, idx, perm, XL.contiguous(), XR.contiguous(), att.reshape(H, K).contiguous(), float(negative_slope), drop.p, drop.seed, want_alpha,
+        ptr, idx, perm, XL, XR, att.reshape(H, K).contiguous(), float(negative_slope), drop.p, drop.seed, want_alpha,
     )
     return out, alpha if want_alpha else None, lse
 
@@ -252,6 +252,6 @@ def gatv2_attention_backward(
     H, K = XL.shape[1:]
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     return L.gatv2_attention_backward(
-        *A.row_plan(False), *A.row_plan(True), G.contiguous(), XL.contiguous(), XR.contiguous(), att.reshape(H, K).contiguous(),
+        *A.row_plan(False), *A.row_plan(True), G.contiguous(), XL, XR, att.reshape(H, K).contiguous(),
         c(alpha), None if alpha is not None else c(lse), float(negative_slope), drop.p, drop.seed,
     )

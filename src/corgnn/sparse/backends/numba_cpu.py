@@ -316,8 +316,9 @@ class NumbaBackend(Backend):
         lse = torch.empty(n, H, dtype=dt)
         out = torch.empty(n, H, K, dtype=dt)
         thresh, scale, lo, hi = _seed(p, seed, dt)
+        XLl = _heads_last(XL)
         g2k.gatv2_forward_rows(
-            *_walk(ptr, idx, perm), _heads_last(XL), _np(XR), _np(att.reshape(H, K)), _scalar(negative_slope, dt),
+            *_walk(ptr, idx, perm), XLl, XLl if XR is XL else _heads_last(XR), _np(att.reshape(H, K)), _scalar(negative_slope, dt),
             thresh, scale, lo, hi, alpha.numpy(), lse.numpy(), out.numpy(),
         )
         return out, alpha, lse
@@ -334,12 +335,15 @@ class NumbaBackend(Backend):
         dXR = torch.empty(XR.shape, dtype=dt)
         walk = _walk(ptr, idx, perm)
         datt = torch.empty(walk[3].shape[0] - 1, H, K, dtype=dt)  # one partial per task
-        Gn, XLn, XRn, an = _np(G), _np(XL), _np(XR), _np(att.reshape(H, K))
-        sl = _scalar(negative_slope, dt)
-        g2k.gatv2_backward_rows(*walk, Gn, _heads_last(XL), XRn, an, alpha_np, lse_np, sl, thresh, scale, lo, hi, alpha_w.numpy(), de.numpy(), dXR.numpy(), datt.numpy())
+        # (XL and XR heads last: no copy when the projection stored them so, on CPU
+        # corgnn.functional.gatv2 does)
+        XLl = _heads_last(XL)
+        XRl = XLl if XR is XL else _heads_last(XR)
+        an, sl = _np(att.reshape(H, K)), _scalar(negative_slope, dt)
+        g2k.gatv2_backward_rows(*walk, _np(G), XLl, XRl, an, alpha_np, lse_np, sl, thresh, scale, lo, hi, alpha_w.numpy(), de.numpy(), dXR.numpy(), datt.numpy())
         dXL = torch.empty(XL.shape, dtype=dt)
         g2k.gatv2_backward_cols(
-            *_walk(tptr, tidx, tperm), _heads_last(G), _heads_last(XR), XLn, an, alpha_np if cached else alpha_w.numpy(), de.numpy(),
+            *_walk(tptr, tidx, tperm), _heads_last(G), XRl, XLl, an, alpha_np if cached else alpha_w.numpy(), de.numpy(),
             sl, thresh, scale, lo, hi, dXL.numpy(),
         )
         return dXL, dXR, datt.sum(0)

@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit, prange
 
 from .numba_gat_kernels import dropped_weights
-from .numba_kernels import chunk_degree, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
+from .numba_kernels import chunk_degree, copy_row, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
 
 __all__ = ["gatv2_forward_rows", "gatv2_backward_rows", "gatv2_backward_cols"]
 
@@ -68,7 +68,7 @@ def scores(XLt, c, XRt, att_t, slope, P, j):
 @gather_kernel(operand=4)
 def gatv2_forward_rows(dist):
     @njit(**_JIT)
-    def gatv2_forward_rows(ptr, idx, perm, chunks, XLt, XR, att, slope, thresh, scale, seed_lo, seed_hi, alpha, lse, out):
+    def gatv2_forward_rows(ptr, idx, perm, chunks, XLt, XRl, att, slope, thresh, scale, seed_lo, seed_hi, alpha, lse, out):
         """Scores, row softmax, attention dropout and semi-batched SpMM, fused.
 
         For row ``i``, three passes over its entries, held in a ``(degree, H)`` buffer
@@ -80,8 +80,8 @@ def gatv2_forward_rows(dist):
 
         ptr (n+1,), idx (q,), perm (q,) or empty; chunks (T+1,) row bounds of the
         parallel tasks; ``XLt (n_src, K, H)``: ``XL`` with heads last (contiguous), so
-        that the per-entry loops run over heads in one vector; XR (n, H, K); att (H,
-        K); alpha (q, H) out: the softmax before dropout, or empty (not written); lse
+        that the per-entry loops run over heads in one vector; ``XRl (n, K, H)``: ``XR``
+        heads last too (its own row ``i`` read per row); att (H, K); alpha (q, H) out: the softmax before dropout, or empty (not written); lse
         (n, H), out (n, H, K) overwritten (an empty row gives zeros).
 
         NOTE: this replaced a one-pass online softmax with the head loop outermost per
@@ -94,7 +94,6 @@ def gatv2_forward_rows(dist):
         want_alpha = alpha.shape[0] > 0
         drop = thresh > 0
         zero = scale * 0
-        one = zero + np.float32(1.0)
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = np.empty((deg, H), dtype=XLt.dtype)
@@ -117,7 +116,7 @@ def gatv2_forward_rows(dist):
                         for k in range(K):
                             out[i, h, k] = 0
                     continue
-                transpose_row(XR, i, one, XRt)
+                copy_row(XRl, i, XRt)
                 acc[:] = 0
                 prefetch_gather(XLt, idx, lo, lo + m, dist)
                 for j in range(m):
@@ -146,7 +145,7 @@ def gatv2_forward_rows(dist):
 @gather_kernel(operand=5)
 def gatv2_backward_rows(dist):
     @njit(**_JIT)
-    def gatv2_backward_rows(ptr, idx, perm, chunks, G, XLt, XR, att, alpha, lse, slope, thresh, scale, seed_lo, seed_hi, alpha_w, de, dXR, datt):
+    def gatv2_backward_rows(ptr, idx, perm, chunks, G, XLt, XRl, att, alpha, lse, slope, thresh, scale, seed_lo, seed_hi, alpha_w, de, dXR, datt):
         """Backward over destination rows: SDDMM, dropout and softmax backward, ``dXR``, ``da``.
 
         Per row ``i``, head ``h``: pass 1 ``dalpha_e = <G[i, h], XL[c_e, h]> * keep * scale``
@@ -157,7 +156,8 @@ def gatv2_backward_rows(dist):
 
         G (n, H, K); ``XLt (n_src, K, H)``: ``XL`` with heads last (contiguous;
         gathered), so that the per-entry loops run over heads in one vector, the row's
-        values held in ``(degree, H)`` buffers per task; XR (n, H, K); att (H, K);
+        values held in ``(degree, H)`` buffers per task; ``XRl (n, K, H)`` (heads last);
+        att (H, K);
         alpha (q, H) cached or empty (then ``lse (n, H)`` is read and ``alpha_w (q, H)``
         written); de (q, H), dXR (n, H, K) overwritten; datt (T, H, K) one partial sum
         per task, overwritten.
@@ -185,7 +185,7 @@ def gatv2_backward_rows(dist):
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
-                transpose_row(XR, i, one, XRt)
+                copy_row(XRl, i, XRt)
                 transpose_row(G, i, one, Gt)
                 acc[:] = 0
                 prefetch_gather(XLt, idx, lo, lo + m, dist)
@@ -240,7 +240,7 @@ def gatv2_backward_rows(dist):
 @gather_kernel(operand=5)
 def gatv2_backward_cols(dist):
     @njit(**_JIT)
-    def gatv2_backward_cols(ptr, idx, perm, chunks, Gt, XRt, XL, att, alpha, de, slope, thresh, scale, seed_lo, seed_hi, dXL):
+    def gatv2_backward_cols(ptr, idx, perm, chunks, Gt, XRt, XLl, att, alpha, de, slope, thresh, scale, seed_lo, seed_hi, dXL):
         """Backward over source nodes (the transposed walk): ``dXL``.
 
         For source ``c`` (entries ``e`` with destination ``i_e``), head ``h``, channel ``k``:
@@ -249,7 +249,7 @@ def gatv2_backward_cols(dist):
         ptr (n_src+1,), idx (q,) destination of each walked entry, perm (q,) or empty;
         chunks (T+1,) column bounds of the parallel tasks; ``Gt, XRt (n, K, H)``: ``G``
         and ``XR`` with heads last (contiguous; gathered), so that the per-entry loop
-        runs over heads in one vector; XL (n_src, H, K); att (H, K); alpha, de (q, H);
+        runs over heads in one vector; ``XLl (n_src, K, H)`` (heads last); att (H, K); alpha, de (q, H);
         dXL (n_src, H, K) overwritten.
 
         Per column, ``alpha_e`` and ``de_e`` are first gathered through ``perm`` into a
@@ -257,23 +257,21 @@ def gatv2_backward_cols(dist):
         in sequence: no ``(q, h)`` copy in the walk's order, which raised GATv2's peak
         memory per step by 0.14x of compiled PyG's when it was tried.
         """
-        K = XL.shape[2]
-        H = XL.shape[1]
+        K = XLl.shape[1]
+        H = XLl.shape[2]
         has_perm = perm.shape[0] > 0
         drop = thresh > 0
-        zero = scale * 0
-        one = zero + np.float32(1.0)
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
-            Av = np.empty((deg, H), dtype=XL.dtype)
-            Dv = np.empty((deg, H), dtype=XL.dtype)
-            XLc = np.empty((K, H), dtype=XL.dtype)
+            Av = np.empty((deg, H), dtype=XLl.dtype)
+            Dv = np.empty((deg, H), dtype=XLl.dtype)
+            XLc = np.empty((K, H), dtype=XLl.dtype)
             att_t = np.ascontiguousarray(att.T)  # (K, H)
-            acc = np.empty((K, H), dtype=XL.dtype)
+            acc = np.empty((K, H), dtype=XLl.dtype)
             for c in range(chunks[t], chunks[t + 1]):
                 lo = ptr[c]
                 m = ptr[c + 1] - lo
-                transpose_row(XL, c, one, XLc)
+                copy_row(XLl, c, XLc)
                 acc[:] = 0
                 if has_perm:  # (the entries ``dist`` ahead, across columns: the reads below are at random)
                     prefetch_gather(alpha, perm, lo, lo + m, dist)

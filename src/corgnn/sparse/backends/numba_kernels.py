@@ -226,6 +226,15 @@ def transpose_row(X, i, scale, Xt):
 
 
 @njit(inline="always")
+def copy_row(Xl, i, Xt):
+    """``Xt[k, h] = Xl[i, k, h]``: a row of a heads-last ``(n, C, H)`` array (the
+    :func:`transpose_row` of a row stored that way already)."""
+    for k in range(Xl.shape[1]):
+        for h in range(Xl.shape[2]):
+            Xt[k, h] = Xl[i, k, h]
+
+
+@njit(inline="always")
 def head_dots(Xt, Yt, c, out, j):
     """``out[j, h] = sum_k Xt[k, h] * Yt[c, k, h]``: the per-head dot products of a
     ``(C, H)`` row with row ``c`` of a ``(n, C, H)`` array, vectorized over heads."""
