@@ -430,23 +430,30 @@ def test_saved_tensors_follow_the_plan(cache, share_weights):
 
 
 @pytest.mark.parametrize("biases", [True, False])
-def test_stacked_projections_equal_separate_gemms_and_autograd(biases):
+@pytest.mark.parametrize("stack", [True, False])
+def test_stacked_projections_equal_separate_gemms_and_autograd(biases, stack, monkeypatch):
+    from corgnn.functional import projection
     from corgnn.functional.projection import stacked_projection_grads, stacked_projections
+
+    monkeypatch.setattr(projection, "STACK_GRADS_MIN_BYTES", 0 if stack else 1 << 40)  # (x is tiny: one product per block unless forced)
 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
     ws = tuple(torch.randn(6, 5, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(3))
-    bs = tuple(torch.randn(6, dtype=torch.float64, generator=g) for _ in range(3)) if biases else (None,) * 3
+    bs = tuple(torch.randn(6, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(3)) if biases else (None,) * 3
     outs = stacked_projections(x, ws, bs, heads=2)
     for out, w, b in zip(outs, ws, bs):
         ref = x @ w.t() + (0 if b is None else b)
         assert out.shape == (11, 2, 3) and torch.allclose(out.flatten(1), ref)
-    dPs = tuple(torch.randn(11, 6, dtype=torch.float64, generator=g) for _ in range(3))
-    *dws, dx = stacked_projection_grads(dPs, x.detach(), tuple(w.detach() for w in ws), True, True)
-    auto = torch.autograd.grad([o.flatten(1) for o in outs], (*ws, x), dPs)
-    for got, want in zip((*dws, dx), auto):
+    dPs = [torch.randn(11, 6, dtype=torch.float64, generator=g) for _ in range(3)]
+    blocks = list(dPs)
+    dws, dbs, dx = stacked_projection_grads(blocks, x.detach(), tuple(w.detach() for w in ws), True, True, biases)
+    assert (blocks == []) == stack  # (emptied once stacked: a caller's only references are freed there)
+    auto = torch.autograd.grad([o.flatten(1) for o in outs], (*ws, x) + (bs if biases else ()), dPs)
+    for got, want in zip((*dws, dx) + (tuple(dbs) if biases else ()), auto):
         assert torch.allclose(got, want)
-    assert stacked_projection_grads(dPs, x.detach(), ws, False, False) == (None, None, None, None)
+    assert dbs is None or len(dbs) == 3
+    assert stacked_projection_grads(list(dPs), x.detach(), ws, False, False, False) == (None, None, None)
 
 
 def test_attention_ops_check_shapes():

@@ -141,11 +141,11 @@ class GATv2Function(torch.autograd.Function):
                 dXL = dXL + dXR
             dXL = dXL.flatten(1)
             if ctx.stacked:
-                dXR = dXR.flatten(1)
-                gwl, gwr, gxl = stacked_projection_grads((dXL, dXR), x_l, (w_l, w_r), need[2] or need[4], need[0], ctx.xs)
-                gwl, gwr = (gwl if need[2] else None), (gwr if need[4] else None)
-                gbl = dXL.sum(0) if need[3] else None
-                gbr = dXR.sum(0) if need[5] else None
+                blocks = [dXL, dXR.flatten(1)]  # (the only references once these go: freed when stacked)
+                del dXL, dXR, XL, XR, G
+                dws, dbs, gxl = stacked_projection_grads(blocks, x_l, (w_l, w_r), need[2] or need[4], need[0], need[3] or need[5], ctx.xs)
+                gwl, gwr = (dws[0] if need[2] else None), (dws[1] if need[4] else None)
+                gbl, gbr = (dbs[0] if need[3] else None), (dbs[1] if need[5] else None)
                 return gxl, gxr, gwl, gbl, gwr, gbr, gatt, gb, None, None, None, None, None, None, None, None
             xr_eff = x_l if ctx.same_x else x_r
             if need[2]:

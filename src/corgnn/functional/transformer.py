@@ -186,11 +186,12 @@ class TransformerFunction(torch.autograd.Function):
                 grads[8] = dattr
         dQ, dK, dV = dQ.flatten(1), dK.flatten(1), dV.flatten(1)
         if ctx.one_set:
-            gwq, gwk, gwv, gx = stacked_projection_grads((dQ, dK, dV), x_src, (wq, wk, wv), need[2] or need[4] or need[6], need[0], xs)
-            for i, (slot, d) in enumerate(((2, dQ), (4, dK), (6, dV))):
-                grads[slot] = (gwq, gwk, gwv)[i] if need[slot] else None
-                grads[slot + 1] = d.sum(0) if need[slot + 1] else None
-            grads[0] = gx
+            blocks = [dQ, dK, dV]  # (the only references once these go: freed when stacked)
+            del dQ, dK, dV, Q, K, V, out3, D, G, Qe, Ge
+            dws, dbs, grads[0] = stacked_projection_grads(blocks, x_src, (wq, wk, wv), need[2] or need[4] or need[6], need[0], need[3] or need[5] or need[7], xs)
+            for i, slot in enumerate((2, 4, 6)):
+                grads[slot] = dws[i] if need[slot] else None
+                grads[slot + 1] = dbs[i] if need[slot + 1] else None
             return tuple(grads)
         # (two node sets, dense features: queries from x_dst)
         for slot, d, x in ((2, dQ, x_dst), (4, dK, x_src), (6, dV, x_src)):

@@ -252,6 +252,6 @@ def gatv2_attention_backward(
     H, K = XL.shape[1:]
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     return L.gatv2_attention_backward(
-        *A.row_plan(False), *A.row_plan(True), G.contiguous(), XL, XR, att.reshape(H, K).contiguous(),
+        *A.row_plan(False), *A.row_plan(True), G, XL, XR, att.reshape(H, K).contiguous(),
         c(alpha), None if alpha is not None else c(lse), float(negative_slope), drop.p, drop.seed,
     )

@@ -340,10 +340,11 @@ class NumbaBackend(Backend):
         XLl = _heads_last(XL)
         XRl = XLl if XR is XL else _heads_last(XR)
         an, sl = _np(att.reshape(H, K)), _scalar(negative_slope, dt)
-        g2k.gatv2_backward_rows(*walk, _np(G), XLl, XRl, an, alpha_np, lse_np, sl, thresh, scale, lo, hi, alpha_w.numpy(), de.numpy(), dXR.numpy(), datt.numpy())
+        Gl = _heads_last(G)  # (one copy for both kernels, from any layout: the head mean's expanded G too)
+        g2k.gatv2_backward_rows(*walk, Gl, XLl, XRl, an, alpha_np, lse_np, sl, thresh, scale, lo, hi, alpha_w.numpy(), de.numpy(), dXR.numpy(), datt.numpy())
         dXL = torch.empty(XL.shape, dtype=dt)
         g2k.gatv2_backward_cols(
-            *_walk(tptr, tidx, tperm), _heads_last(G), XRl, XLl, an, alpha_np if cached else alpha_w.numpy(), de.numpy(),
+            *_walk(tptr, tidx, tperm), Gl, XRl, XLl, an, alpha_np if cached else alpha_w.numpy(), de.numpy(),
             sl, thresh, scale, lo, hi, dXL.numpy(),
         )
         return dXL, dXR, datt.sum(0)

@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit, prange
 
 from .numba_gat_kernels import dropped_weights
-from .numba_kernels import chunk_degree, copy_row, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
+from .numba_kernels import chunk_degree, copy_row, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather
 
 __all__ = ["gatv2_forward_rows", "gatv2_backward_rows", "gatv2_backward_cols"]
 
@@ -145,7 +145,7 @@ def gatv2_forward_rows(dist):
 @gather_kernel(operand=5)
 def gatv2_backward_rows(dist):
     @njit(**_JIT)
-    def gatv2_backward_rows(ptr, idx, perm, chunks, G, XLt, XRl, att, alpha, lse, slope, thresh, scale, seed_lo, seed_hi, alpha_w, de, dXR, datt):
+    def gatv2_backward_rows(ptr, idx, perm, chunks, Gl, XLt, XRl, att, alpha, lse, slope, thresh, scale, seed_lo, seed_hi, alpha_w, de, dXR, datt):
         """Backward over destination rows: SDDMM, dropout and softmax backward, ``dXR``, ``da``.
 
         Per row ``i``, head ``h``: pass 1 ``dalpha_e = <G[i, h], XL[c_e, h]> * keep * scale``
@@ -154,7 +154,7 @@ def gatv2_backward_rows(dist):
         ``de_e = alpha_e (dalpha_e - dot)`` and per channel ``t = XL[c] + XR[i]``:
         ``dXR[i, h, k] = sum_e de_e a[h, k] f'(t)``, ``datt[task, h, k] += de_e f(t)``.
 
-        G (n, H, K); ``XLt (n_src, K, H)``: ``XL`` with heads last (contiguous;
+        ``Gl (n, K, H)``: ``G`` with heads last; ``XLt (n_src, K, H)``: ``XL`` with heads last (contiguous;
         gathered), so that the per-entry loops run over heads in one vector, the row's
         values held in ``(degree, H)`` buffers per task; ``XRl (n, K, H)`` (heads last);
         att (H, K);
@@ -168,7 +168,6 @@ def gatv2_backward_rows(dist):
         cached = alpha.shape[0] > 0
         drop = thresh > 0
         zero = scale * 0
-        one = zero + np.float32(1.0)
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = np.empty((deg, H), dtype=XLt.dtype)  # alpha
@@ -186,7 +185,7 @@ def gatv2_backward_rows(dist):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
                 copy_row(XRl, i, XRt)
-                transpose_row(G, i, one, Gt)
+                copy_row(Gl, i, Gt)
                 acc[:] = 0
                 prefetch_gather(XLt, idx, lo, lo + m, dist)
                 for j in range(m):  # pass 1: scores (recomputing) and dalpha
