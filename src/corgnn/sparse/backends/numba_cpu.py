@@ -123,10 +123,11 @@ def _walk(ptr, idx, perm) -> tuple:
 
 def _heads_last(X: torch.Tensor) -> np.ndarray:
     """``X (n, H, C)`` as a contiguous ``(n, C, H)`` array (one copy, ~0.5 ms for 20k x 8 x 8
-    float32, none when ``X`` is stored heads-last already, as the transformer's keys
-    and values are: :func:`corgnn.functional.projection.stacked_projections`): the
-    layout the attention row kernels gather per-node rows in (the transformer's keys
-    and values, GATv2's ``XL`` in its forward)."""
+    float32; none when ``X`` is stored heads-last already, as the CPU projections store
+    the transformer's keys and values and GATv2's ``XL`` and ``XR``:
+    :func:`corgnn.functional.projection.stacked_projections`): the layout the
+    attention kernels gather per-node rows in, so that their per-entry loops run over
+    heads in one vector."""
     return X.detach().transpose(1, 2).contiguous().numpy()
 
 
