@@ -295,3 +295,36 @@ def test_cuda_matches_cpu():
     ours = ours.cuda()
     got = run(ours, x.cuda(), ei.cuda(), g.cuda())
     assert_all_close([t.cpu() for t in got], want)
+
+
+def test_raw_attention_ops_check_shapes():
+    """The raw GAT ops (``corgnn.sparse.attention``) raise, naming the argument, before
+    any kernel runs when an operand does not fit the pattern or the others: a kernel
+    would read it at the sizes the others imply."""
+    from corgnn.sparse.attention import attention_backward, attention_forward, head_weighted_sums, node_scores
+
+    ei, n = make_graph(seed=4)
+    A = Graph(ei, num_nodes=n).gat_adjacency(add_self_loops=True)
+    M = torch.randn(n, 2, 4)
+    a_s, a_d = torch.randn(1, 2, 4), torch.randn(1, 2, 4)
+    s, d = node_scores(M, a_s, a_d)
+    out, alpha, leaky = attention_forward(A, s, d, M, 0.2, want_leaky=True)
+    G = torch.randn_like(out)
+    dM, ds, dd = attention_backward(A, G, M, a_s, a_d, 0.2, alpha=alpha, leaky=leaky)  # (fits: runs)
+    assert dM.shape == M.shape and ds.shape == dd.shape == (n, 2)
+    short, wide = torch.randn(n - 1, 2), torch.randn(n, 3)
+    for what, call in {
+        "M must": lambda: node_scores(torch.randn(n, 8), a_s, a_d),
+        "att_dst": lambda: node_scores(M, a_s, torch.randn(2, 3)),
+        "M must have shape": lambda: attention_forward(A, s, d, torch.randn(n - 1, 2, 4), 0.2),
+        "s must": lambda: attention_forward(A, short, d, M, 0.2),
+        "d must": lambda: attention_forward(A, s, wide, M, 0.2),
+        "G must": lambda: attention_backward(A, torch.randn(n, 2, 5), M, a_s, a_d, 0.2, alpha=alpha, leaky=leaky),
+        "att_dst must": lambda: attention_backward(A, G, M, a_s, torch.randn(3), 0.2, alpha=alpha, leaky=leaky),
+        "att_src must": lambda: attention_backward(A, G, M, torch.randn(3), a_d, 0.2, alpha=alpha, leaky=leaky),
+        "alpha must": lambda: attention_backward(A, G, M, a_s, a_d, 0.2, alpha=alpha[1:], leaky=leaky),
+        "d must ": lambda: attention_backward(A, G, M, a_s, a_d, 0.2, s=s, d=short),
+        "w2 must": lambda: head_weighted_sums(ds, dd[:, :1], M),
+    }.items():
+        with pytest.raises(ValueError, match=what.strip()):
+            call()

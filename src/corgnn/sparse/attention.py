@@ -41,10 +41,11 @@ __all__ = [
     "gatv2_attention_backward",
 ]
 
-def check_head_operands(A: SparseFormat, dst: dict, src: dict, att: torch.Tensor | None = None) -> None:
+def check_head_operands(A: SparseFormat, dst: dict, src: dict, att: torch.Tensor | None = None, att_name: str = "att") -> None:
     """Raise ``ValueError`` (naming the argument) unless every tensor of ``dst`` is
     ``(n_dst, h, c)`` and every one of ``src`` ``(n_src, h, c)`` for ``A (n_dst, n_src)``,
-    ``(h, c)`` those of ``dst``'s first tensor (and ``att`` has ``h * c`` values): the
+    ``(h, c)`` those of the first tensor (of ``dst``, else of ``src``; and ``att`` has
+    ``h * c`` values): the
     fused attention kernels read each at those sizes. Sizes that are not plain ints
     (``torch.compile``'s symbolic ones) are not compared."""
     n, m = A.shape
@@ -52,14 +53,22 @@ def check_head_operands(A: SparseFormat, dst: dict, src: dict, att: torch.Tensor
     for name, t, _ in named:
         if t.dim() != 3:
             raise ValueError(f"{name} must be 3-D (nodes, heads, channels), got shape {tuple(t.shape)}")
-    first = next(iter(dst))
-    h, c = dst[first].shape[1:]
+    first, lead = next(iter(dst.items())) if dst else next(iter(src.items()))
+    h, c = lead.shape[1:]
     for name, t, rows in named:
         want, got = (rows, h, c), tuple(t.shape)
         if all(isinstance(v, int) for v in got + want) and got != want:
             raise ValueError(f"{name} must have shape {want} for A of shape {(n, m)} and {first}'s (heads, channels) {(h, c)}, got {got}")
     if att is not None and all(isinstance(v, int) for v in (att.numel(), h, c)) and att.numel() != h * c:
-        raise ValueError(f"att must have {h} x {c} values (heads x channels), got shape {tuple(att.shape)}")
+        raise ValueError(f"{att_name} must have {h} x {c} values (heads x channels), got shape {tuple(att.shape)}")
+
+
+def _check_shape(name: str, t: torch.Tensor, *want) -> None:
+    """Raise ``ValueError`` (naming ``name``) unless ``t`` has shape ``want`` (the GAT
+    kernels' operands; symbolic sizes are not compared)."""
+    got = tuple(t.shape)
+    if t.dim() != len(want) or (all(isinstance(v, int) for v in got + want) and got != want):
+        raise ValueError(f"{name} must have shape {want}, got {got}")
 
 
 def node_scores(M: torch.Tensor, att_src: torch.Tensor, att_dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,8 +84,16 @@ def node_scores(M: torch.Tensor, att_src: torch.Tensor, att_dst: torch.Tensor) -
 
     Returns:
         ``(s, d)``, each ``(n, h)``.
+
+    Raises:
+        ValueError: ``M`` not 3-D, or ``att_src``/``att_dst`` without ``h * k`` values.
     """
+    if M.dim() != 3:
+        raise ValueError(f"M must be 3-D (nodes, heads, channels), got shape {tuple(M.shape)}")
     H, K = M.shape[1:]
+    for name, a in (("att_src", att_src), ("att_dst", att_dst)):
+        if a.numel() != H * K:
+            raise ValueError(f"{name} must have {H} x {K} values (heads x channels), got shape {tuple(a.shape)}")
     return L.gat_node_scores(M.contiguous(), att_src.reshape(H, K).contiguous(), att_dst.reshape(H, K).contiguous())
 
 
@@ -106,7 +123,14 @@ def attention_forward(
 
     Returns:
         ``(out (n, h, k), alpha (q, h) before dropout, leaky (q, h) bool or None)``.
+
+    Raises:
+        ValueError: ``M`` not ``(n_src, h, k)``, ``s`` not ``(n_src, h)`` or ``d`` not
+            ``(n_dst, h)`` for ``A (n_dst, n_src)``, before any kernel runs.
     """
+    check_head_operands(A, {}, {"M": M})
+    _check_shape("s", s, A.shape[1], M.shape[1])
+    _check_shape("d", d, A.shape[0], M.shape[1])
     ptr, idx, perm = A.row_plan(False)
     out, alpha, leaky = L.gat_attention(
         ptr, idx, perm, s.contiguous(), d.contiguous(), M.contiguous(), float(negative_slope), drop.p, drop.seed, want_leaky
@@ -145,13 +169,23 @@ def attention_backward(
         ``(dM (n, h, k), ds (n, h), dd (n, h))``.
 
     Raises:
-        ValueError: neither ``alpha`` + ``leaky`` nor ``s`` + ``d`` given.
+        ValueError: neither ``alpha`` + ``leaky`` nor ``s`` + ``d`` given; ``G``, ``M``,
+            ``att_src``, ``att_dst``, ``alpha``, ``leaky``, ``s``, ``d`` not shaped as the
+            forward's (``(n_dst, h, k)``, ``(n_src, h, k)``, ``h * k`` values, ``(q, h)``,
+            ``(n_src, h)``, ``(n_dst, h)``), before any kernel runs.
     """
     if (alpha is None or leaky is None) and (s is None or d is None):
         raise ValueError("attention_backward needs the cached alpha and leaky mask, or s and d to recompute them")
     if alpha is None or leaky is None:
         alpha = leaky = None
+    check_head_operands(A, {}, {"M": M}, att_src, "att_src")  # (M sets the heads and channels)
     H, K = M.shape[1:]
+    if att_dst.numel() != H * K:
+        raise ValueError(f"att_dst must have {H} x {K} values (heads x channels), got shape {tuple(att_dst.shape)}")
+    _check_shape("G", G, A.shape[0], H, K)
+    for name, t, rows in (("alpha", alpha, A.nnz), ("leaky", leaky, A.nnz), ("s", s, A.shape[1]), ("d", d, A.shape[0])):
+        if t is not None:
+            _check_shape(name, t, rows, H)
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     return L.gat_attention_backward(
         *A.row_plan(False), *A.row_plan(True), G.contiguous(), M.contiguous(),
@@ -165,7 +199,14 @@ def head_weighted_sums(w1: torch.Tensor, w2: torch.Tensor, M: torch.Tensor) -> t
 
     With ``w1 = dL/ds``, ``w2 = dL/dd`` these are ``dL/da_src = M^T ds`` and
     ``dL/da_dst = M^T dd`` (paper appendix "GAT Backward Pass"), per head.
+
+    Raises:
+        ValueError: ``M`` not 3-D ``(n, h, k)`` or ``w1``/``w2`` not ``(n, h)``.
     """
+    if M.dim() != 3:
+        raise ValueError(f"M must be 3-D (nodes, heads, channels), got shape {tuple(M.shape)}")
+    for name, w in (("w1", w1), ("w2", w2)):
+        _check_shape(name, w, M.shape[0], M.shape[1])
     return L.gat_head_weighted_sums(w1.contiguous(), w2.contiguous(), M.contiguous())
 
 
