@@ -436,6 +436,7 @@ def test_stacked_projections_equal_separate_gemms_and_autograd(biases, stack, mo
     from corgnn.functional.projection import stacked_projection_grads, stacked_projections
 
     monkeypatch.setattr(projection, "STACK_GRADS_MIN_BYTES", 0 if stack else 1 << 40)  # (x is tiny: one product per block unless forced)
+    monkeypatch.setattr(projection, "STACK_MIN_FEATURES", 0 if stack else 1 << 30)  # (the forward likewise)
 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)

@@ -595,10 +595,15 @@ def test_explain_shows_the_layers_plans(cora):
     assert "row_stats" in text and "heads=8" in text
 
 
-def test_stacked_projections_heads_last_blocks():
+@pytest.mark.parametrize("stack", [True, False])
+def test_stacked_projections_heads_last_blocks(stack, monkeypatch):
     """Blocks asked heads-last are the same values stored ``(n, c, h)`` (what the CPU
-    kernels gather without a transposed copy), from dense and sparse features."""
+    kernels gather without a transposed copy), from dense and sparse features, by one
+    stacked GEMM or one per weight (``STACK_MIN_FEATURES``)."""
+    from corgnn.functional import projection
     from corgnn.functional.projection import stacked_projections
+
+    monkeypatch.setattr(projection, "STACK_MIN_FEATURES", 0 if stack else 1 << 30)
     from corgnn.sparse.formats import CSR
 
     g = torch.Generator().manual_seed(0)
