@@ -182,6 +182,8 @@ def rewrite_input_dropout(module: nn.Module) -> int:
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if isinstance(module.__dict__.get("forward"), _TrainForward):
         return 0  # already rewritten
+    if not any(isinstance(m, nn.Dropout) for m in module.modules()) and not _may_drop_out(module):
+        return 0  # no dropout to find: no trace (~7 ms of optimize() on a 5-layer GIN)
     was_training = module.training
     try:
         module.train(True)

@@ -95,16 +95,11 @@ def _merge_row(col, val, has_val, order, a, b, tc, tv, to):
 
 
 @njit(**_JIT)
-def _sort_rows(rowptr, col, val, has_val, order):
+def _sort_rows(rowptr, col, val, has_val, order, tc, tv, to):
     """Sort each row's entries by column, stably (insertion sort on short rows,
-    a merge sort on long ones), carrying ``val`` and ``order`` along."""
+    a merge sort on long ones, with the scratch ``tc, tv, to`` of the longest row's
+    length, empty when no row has more than 32 entries), carrying ``val`` and ``order``."""
     n = rowptr.shape[0] - 1
-    longest = 0
-    for i in range(n):
-        longest = max(longest, rowptr[i + 1] - rowptr[i])
-    tc = np.empty(longest if longest > 32 else 0, dtype=col.dtype)
-    to = np.empty(tc.shape[0], dtype=order.dtype)
-    tv = np.empty(tc.shape[0] if has_val else 0, dtype=val.dtype)
     for i in range(n):
         a, b = rowptr[i], rowptr[i + 1]
         if b - a <= 32:
@@ -124,6 +119,13 @@ def _sort_rows(rowptr, col, val, has_val, order):
                     val[j + 1] = v
         else:
             _merge_row(col, val, has_val, order, a, b, tc, tv, to)
+
+
+def _merge_scratch(longest: int, val_dtype):
+    """``(tc, tv, to)`` for :func:`_sort_rows`: the longest row's length when it is
+    merge-sorted (over 32 entries), else empty."""
+    size = longest if longest > 32 else 0
+    return np.empty(size, dtype=np.int64), np.empty(size, dtype=val_dtype), np.empty(size, dtype=np.int64)
 
 
 @njit(**_JIT)
@@ -155,34 +157,43 @@ def _coalesce(rowptr, col, val, has_val, order, entry):
 
 
 @njit(**_JIT)
-def _entries(order, entry):
-    """``entry[order[p]] = p`` for the recorded ids ``order[p] < entry.shape[0]``."""
+def _entries(order, entry, count):
+    """``entry[order[p]] = p`` for ``p < count`` and the recorded ids ``order[p] < entry.shape[0]``."""
     q = entry.shape[0]
-    for p in range(order.shape[0]):
+    for p in range(count):
         if order[p] < q:
             entry[order[p]] = p
 
 
-@njit(**_JIT)
-def _pointer(index, size):
-    """Compressed pointer ``(size+1,)`` of the ids ``index`` (any order): counts, then
-    their running sum."""
-    ptr = np.zeros(size + 1, dtype=np.int64)
-    for e in range(index.shape[0]):
-        ptr[index[e] + 1] += 1
-    for i in range(size):
-        ptr[i + 1] += ptr[i]
-    return ptr
+# NOTE: the kernels below allocate nothing: every array is made by the caller (NumPy)
+# and passed in, and a size known only after a pass over the edges (the entries kept,
+# the longest row) is returned by a first call of the same kernel (``fill=False``).
+# A kernel that allocates (``np.empty``, ``np.zeros``, ``.copy()``) links NumPy
+# support whose pickled environments make a fresh process import ``numba.np.arrayobj``
+# and ``numba.cpython.unicode`` (~20-30 ms with their imports) when it loads the kernel
+# from the cache (measured: a cached kernel calling ``np.empty`` loads in 65-111 ms, one
+# without allocation in 43 ms, Numba's runtime start included).
 
 
 @njit(**_JIT)
-def _coo_to_csr_kernel(row, col, val, has_val, n, coalesce):
+def _coo_to_csr_kernel(fill, row, col, val, has_val, n, coalesce, rowptr, nxt, out_col, out_val, order, entry, tc, tv, to):
+    """``fill=False``: ``rowptr (n+1,)`` of the rows ``row (q,)``; returns the longest
+    row's length. ``fill=True``: the rest of :func:`coo_to_csr` into ``out_col,
+    out_val, order (q,)``, ``entry (q,)`` (all -1 on entry), with the cursor ``nxt
+    (n,)`` and :func:`_merge_scratch`; returns the entry count."""
     q = row.shape[0]
-    rowptr = _pointer(row, n)
-    nxt = rowptr[:-1].copy()
-    out_col = np.empty(q, dtype=np.int64)
-    out_val = np.empty(q if has_val else 0, dtype=val.dtype)
-    order = np.empty(q, dtype=np.int64)
+    if not fill:
+        for i in range(n + 1):
+            rowptr[i] = 0
+        for e in range(q):
+            rowptr[row[e] + 1] += 1
+        longest = 0
+        for i in range(n):
+            longest = max(longest, rowptr[i + 1])
+            rowptr[i + 1] += rowptr[i]
+        return longest
+    for i in range(n):
+        nxt[i] = rowptr[i]
     for e in range(q):
         p = nxt[row[e]]
         nxt[row[e]] = p + 1
@@ -190,13 +201,12 @@ def _coo_to_csr_kernel(row, col, val, has_val, n, coalesce):
         order[p] = e
         if has_val:
             out_val[p] = val[e]
-    _sort_rows(rowptr, out_col, out_val, has_val, order)
-    entry = np.full(q, -1, dtype=np.int64)
+    _sort_rows(rowptr, out_col, out_val, has_val, order, tc, tv, to)
     if coalesce:
         _coalesce(rowptr, out_col, out_val, has_val, order, entry)
     else:
-        _entries(order, entry)
-    return rowptr, out_col, out_val, entry
+        _entries(order, entry, q)
+    return rowptr[n]
 
 
 def coo_to_csr(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n: int, *, coalesce: bool):
@@ -210,64 +220,73 @@ def coo_to_csr(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n
     """
     load_target()
     has_val = val is not None
+    r, c = row.contiguous().numpy(), col.contiguous().numpy()
     v = val.detach().contiguous().numpy() if has_val else np.empty(0, dtype=np.float32)
-    ptr, c, w, entry = _coo_to_csr_kernel(row.contiguous().numpy(), col.contiguous().numpy(), v, has_val, n, coalesce)
-    nnz = int(ptr[-1])
-    return torch.from_numpy(ptr), torch.from_numpy(c[:nnz]), torch.from_numpy(w[:nnz]) if has_val else None, torch.from_numpy(entry)
+    q = r.shape[0]
+    rowptr, nxt = np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=np.int64)
+    out_col, order, entry = np.empty(q, dtype=np.int64), np.empty(q, dtype=np.int64), np.full(q, -1, dtype=np.int64)
+    out_val = np.empty(q if has_val else 0, dtype=v.dtype)
+    args = [r, c, v, has_val, n, coalesce, rowptr, nxt, out_col, out_val, order, entry]
+    longest = _coo_to_csr_kernel(False, *args, *_merge_scratch(0, v.dtype))
+    nnz = int(_coo_to_csr_kernel(True, *args, *_merge_scratch(int(longest), v.dtype)))
+    return torch.from_numpy(rowptr), torch.from_numpy(out_col[:nnz]), torch.from_numpy(out_val[:nnz]) if has_val else None, torch.from_numpy(entry)
 
 
 @njit(**_JIT)
-def _adjacency_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, out_dtype_val):
+def _adjacency_kernel(fill_entries, src, dst, w, has_w, n, loops, norm, coalesce, counts, loopw, rowptr, col, val, order, entry, tc, tv, to, dinv):
+    """``fill_entries=False``: ``counts (n,)`` (zero on entry: kept edges per target),
+    ``loopw (n,)`` (the loop weights, ``fill`` on entry; empty without appended loops)
+    and ``rowptr (n+1,)``; returns ``(entries, longest row)``. ``fill_entries=True``:
+    the rest of :func:`adjacency_csr` into ``col, val, order (entries,)``, ``entry``
+    (all -1 on entry), with ``counts`` as the cursor, :func:`_merge_scratch` and
+    ``dinv (n,)`` (symmetric normalisation, else empty); returns ``(nnz, 0)``."""
     q = src.shape[0]
     add = loops != LOOPS_KEEP
     drop = loops == LOOPS_REMAINING or loops == LOOPS_REPLACE
-    if loops == LOOPS_REMAINING and not has_w:
-        fill = 1.0  # (PyG's add_remaining_self_loops ignores fill_value without edge weights)
-    loopw = np.full(n if add else 0, fill, dtype=out_dtype_val.dtype)
-    counts = np.zeros(n, dtype=np.int64)
-    kept = 0
-    for e in range(q):
-        if drop and src[e] == dst[e]:
-            if loops == LOOPS_REMAINING:
-                loopw[src[e]] = w[e] if has_w else 1.0
-            continue
-        counts[dst[e]] += 1
-        kept += 1
-    total = kept + (n if add else 0)
-    rowptr = np.zeros(n + 1, dtype=np.int64)
+    extra = 1 if add else 0
+    if not fill_entries:
+        kept = 0
+        for e in range(q):
+            if drop and src[e] == dst[e]:
+                if loops == LOOPS_REMAINING:
+                    loopw[src[e]] = w[e] if has_w else 1.0
+                continue
+            counts[dst[e]] += 1
+            kept += 1
+        rowptr[0] = 0
+        longest = 0
+        for i in range(n):
+            d = counts[i] + extra
+            rowptr[i + 1] = rowptr[i] + d
+            longest = max(longest, d)
+        return rowptr[n], longest
     for i in range(n):
-        rowptr[i + 1] = rowptr[i] + counts[i] + (1 if add else 0)
-    nxt = rowptr[:-1].copy()
-    col = np.empty(total, dtype=np.int64)
-    val = np.empty(total, dtype=out_dtype_val.dtype)
-    order = np.empty(total, dtype=np.int64)  # input edge id; q + v for node v's appended loop
+        counts[i] = rowptr[i]
     for e in range(q):
         if drop and src[e] == dst[e]:
             continue
         i = dst[e]
-        p = nxt[i]
-        nxt[i] = p + 1
+        p = counts[i]
+        counts[i] = p + 1
         col[p] = src[e]
         order[p] = e
         x = w[e] if has_w else 1.0
         if norm == NORM_MEAN:
-            x = x / max(counts[i], 1)
+            x = x / max(rowptr[i + 1] - rowptr[i] - extra, 1)
         val[p] = x
     if add:
         for i in range(n):
-            p = nxt[i]
-            nxt[i] = p + 1
+            p = counts[i]
+            counts[i] = p + 1
             col[p] = i
             order[p] = q + i
             val[p] = loopw[i]
-    _sort_rows(rowptr, col, val, True, order)
-    entry = np.full(q + (n if add else 0), -1, dtype=np.int64)
+    _sort_rows(rowptr, col, val, True, order, tc, tv, to)
     if coalesce:
         _coalesce(rowptr, col, val, True, order, entry)
     else:
-        _entries(order, entry)
+        _entries(order, entry, rowptr[n])
     if norm == NORM_SYMMETRIC:
-        dinv = np.zeros(n, dtype=val.dtype)
         for i in range(n):
             d = 0.0
             for p in range(rowptr[i], rowptr[i + 1]):
@@ -276,7 +295,7 @@ def _adjacency_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, out_dt
         for i in range(n):
             for p in range(rowptr[i], rowptr[i + 1]):
                 val[p] = dinv[i] * val[p] * dinv[col[p]]
-    return rowptr, col, val, entry
+    return rowptr[n], rowptr[0]
 
 
 def adjacency_csr(
@@ -303,12 +322,22 @@ def adjacency_csr(
     range: the caller's :class:`corgnn.Graph` checked them).
     """
     load_target()
+    n, npd = num_nodes, _np_dtype(dtype)
     ei = edge_index.contiguous().numpy()
-    w = edge_weight.detach().to(dtype).contiguous().numpy() if edge_weight is not None else np.empty(0, dtype=_np_dtype(dtype))
-    proto = np.empty(0, dtype=_np_dtype(dtype))
-    ptr, col, val, entry = _adjacency_kernel(ei[0], ei[1], w, edge_weight is not None, num_nodes, loops, fill, norm, coalesce, proto)
-    nnz = int(ptr[-1])
-    return torch.from_numpy(ptr), torch.from_numpy(col[:nnz]), torch.from_numpy(val[:nnz]), torch.from_numpy(entry)
+    q = ei.shape[1]
+    w = edge_weight.detach().to(dtype).contiguous().numpy() if edge_weight is not None else np.empty(0, dtype=npd)
+    add = loops != LOOPS_KEEP
+    if loops == LOOPS_REMAINING and edge_weight is None:
+        fill = 1.0  # (PyG's add_remaining_self_loops ignores fill_value without edge weights)
+    counts, loopw, rowptr = np.zeros(n, dtype=np.int64), np.full(n if add else 0, fill, dtype=npd), np.empty(n + 1, dtype=np.int64)
+    head = [ei[0], ei[1], w, edge_weight is not None, n, loops, norm, coalesce, counts, loopw, rowptr]
+    none_i, none_v = np.empty(0, dtype=np.int64), np.empty(0, dtype=npd)
+    total, longest = _adjacency_kernel(False, *head, none_i, none_v, none_i, none_i, *_merge_scratch(0, npd), none_v)
+    col, val, order = np.empty(total, dtype=np.int64), np.empty(total, dtype=npd), np.empty(total, dtype=np.int64)
+    entry = np.full(q + (n if add else 0), -1, dtype=np.int64)
+    dinv = np.empty(n if norm == NORM_SYMMETRIC else 0, dtype=npd)
+    nnz = int(_adjacency_kernel(True, *head, col, val, order, entry, *_merge_scratch(int(longest), npd), dinv)[0])
+    return torch.from_numpy(rowptr), torch.from_numpy(col[:nnz]), torch.from_numpy(val[:nnz]), torch.from_numpy(entry)
 
 
 def _np_dtype(dtype: torch.dtype):
@@ -316,13 +345,19 @@ def _np_dtype(dtype: torch.dtype):
 
 
 @njit(**_JIT)
-def _csr_to_csc_kernel(rowptr, col, m):
+def _csr_to_csc_kernel(rowptr, col, colptr, nxt, row, perm):
+    """Counting sort of the CSR entries ``rowptr, col`` by column into ``colptr
+    (m+1,)``, ``row, perm (nnz,)``, with the cursor ``nxt (m,)``; returns nnz."""
     n = rowptr.shape[0] - 1
+    m = nxt.shape[0]
     nnz = rowptr[n]
-    colptr = _pointer(col[:nnz], m)
-    nxt = colptr[:-1].copy()
-    row = np.empty(nnz, dtype=np.int64)
-    perm = np.empty(nnz, dtype=np.int64)
+    for c in range(m + 1):
+        colptr[c] = 0
+    for p in range(nnz):
+        colptr[col[p] + 1] += 1
+    for c in range(m):
+        colptr[c + 1] += colptr[c]
+        nxt[c] = colptr[c]
     for i in range(n):
         for p in range(rowptr[i], rowptr[i + 1]):
             c = col[p]
@@ -330,7 +365,7 @@ def _csr_to_csc_kernel(rowptr, col, m):
             nxt[c] = t + 1
             row[t] = i
             perm[t] = p
-    return colptr, row, perm
+    return nnz
 
 
 def csr_to_csc(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int):
@@ -338,5 +373,9 @@ def csr_to_csc(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int):
     (CPU): column-major, rows ascending within a column; ``perm[t]`` the CSR position
     of CSC entry ``t``. One counting sort, O(nnz + n + m)."""
     load_target()
-    colptr, row, perm = _csr_to_csc_kernel(rowptr.contiguous().numpy(), col.contiguous().numpy(), num_cols)
+    rp = rowptr.contiguous().numpy()
+    nnz = int(rp[-1])
+    colptr, nxt = np.empty(num_cols + 1, dtype=np.int64), np.empty(num_cols, dtype=np.int64)
+    row, perm = np.empty(nnz, dtype=np.int64), np.empty(nnz, dtype=np.int64)
+    _csr_to_csc_kernel(rp, col.contiguous().numpy(), colptr, nxt, row, perm)
     return torch.from_numpy(colptr), torch.from_numpy(row), torch.from_numpy(perm)

@@ -1,9 +1,9 @@
-"""Numba's process-wide start for corgnn's kernels: a cheaper load of its CPU target,
+"""Numba's process-wide start for corgnn's kernels: a cheaper load of cached kernels,
 fast launches of its threading layer, and a forked child that works.
 
 :func:`load_target` runs before corgnn's first Numba kernel of a process (see its
-note: it keeps ``scipy.linalg`` out of Numba's start-up). The rest of this module is
-the threading layer.
+note: cached kernels load without Numba's full CPU target). The rest of this module
+is the threading layer.
 
 Issue 23 item 6: after a parent process ran corgnn's parallel kernels, a child made
 by ``fork`` (``multiprocessing``'s default on Linux) hung in its first forward.
@@ -36,11 +36,8 @@ threads could; Numba then aborts the process): under it every kernel launch of t
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
-import sys
 import threading
-import types
 
 import numba
 import torch
@@ -50,44 +47,51 @@ __all__ = ["load_target", "launch", "launch_lock", "mark_launched", "serialised"
 _state = {"lock": threading.Lock(), "launched": False, "serial": True, "torch_omp": False, "layer": None, "unusable": None}
 
 
-_BLAS_PROBE = "scipy.linalg.cython_blas"
-
-
 @functools.cache
 def load_target() -> None:
-    """Import Numba's NumPy array support (``numba.np.arraymath``, part of its CPU
-    target) once, before corgnn's first Numba kernel in this process (every caller of a
-    kernel calls this or :func:`launch` first), without importing ``scipy.linalg``.
+    """Make Numba load corgnn's cached kernels without its full CPU target, once per
+    process, before corgnn's first Numba kernel (every caller of a kernel calls this
+    or :func:`launch` first).
 
-    NOTE: at import, ``numba.np.arraymath`` probes for BLAS by importing
-    ``scipy.linalg.cython_blas``, and importing ``scipy.linalg`` (SciPy 1.17) costs
-    150-180 ms on the 2-core CI machine (its ``array_api_compat`` clones ``numpy``,
-    which imports ``numpy.f2py``: ~110 ms alone): half of a fresh process's first
-    call with ``optimize()`` (measured: GIN, one forward/backward, 289-354 ms with the
-    probe, 140-170 ms without). corgnn's kernels call no BLAS. So while Numba imports
-    that module, and only when ``scipy.linalg`` is not imported yet and SciPy is
-    installed, the probe is answered by an empty placeholder module, removed right
-    after the import. Numba then records BLAS as available (as the real probe would,
-    and it checks SciPy's integer width as usual) and imports the real
-    ``scipy.linalg.cython_blas`` the first time a jitted function needs BLAS
-    (``np.dot``, ``np.linalg``); ``import scipy.linalg`` afterwards is the real one
-    (``tests/test_library.py`` checks both in a fresh process).
-
-    The placeholder is visible to other threads for the length of that import (~20-40 ms):
-    a thread importing a SciPy Cython module that uses BLAS in exactly that window would
-    fail with an ImportError. Set ``CORGNN_NUMBA_BLAS_PROBE=1`` to keep Numba's own probe.
+    NOTE: to load a kernel from its on-disk cache, Numba first "refreshes" its CPU
+    target: it imports ~70 modules of typing and lowering tables (``numba.np.arraymath``
+    and ``arrayobj``, ``numba.cpython.unicode``, ``numba.typed``, ...) and installs
+    them, which only compiling needs. That was most of a fresh process's first call
+    with ``optimize()`` (measured, GIN, 128 molecule graphs, one forward/backward, warm
+    cache, 2-core VM: 245-410 ms with the refresh, 125-150 ms without; PyG's own first
+    step 35-57 ms). A cached kernel needs of Numba's start only its runtime (NRT: its
+    allocator and reference counts, which cached code links against) and the
+    environments its pickle names (imported by the unpickling itself). So for corgnn's
+    kernels (functions of ``corgnn.*`` modules) the cache load initialises the runtime
+    and loads; any other function, a cache miss (compiling refreshes as usual) and any
+    exception of that load (then retried by Numba's own path, refresh first) are
+    Numba's own. Installed only when this Numba has the cache internals it relies on;
+    set ``CORGNN_NUMBA_FULL_START=1`` to keep Numba's own load for every kernel.
     """
-    if "numba.np.arraymath" in sys.modules or _BLAS_PROBE in sys.modules or os.environ.get("CORGNN_NUMBA_BLAS_PROBE") == "1":
+    if os.environ.get("CORGNN_NUMBA_FULL_START") == "1":
         return
-    if "scipy" not in sys.modules and importlib.util.find_spec("scipy") is None:
-        return
-    placeholder = types.ModuleType(_BLAS_PROBE, "corgnn's stand-in for Numba's BLAS probe at start-up (removed after it)")
-    sys.modules[_BLAS_PROBE] = placeholder
-    try:
-        import numba.np.arraymath  # noqa: F401
-    finally:
-        if sys.modules.get(_BLAS_PROBE) is placeholder:
-            del sys.modules[_BLAS_PROBE]
+    from numba.core import caching
+    from numba.core.runtime import rtsys
+
+    cache_class = caching.Cache
+    numba_load = cache_class.load_overload
+    if not all(hasattr(cache_class, name) for name in ("_load_overload", "_guard_against_spurious_io_errors")):
+        return  # pragma: no cover - another Numba's internals: its own load
+
+    def load_overload(self, sig, target_context):
+        module = getattr(getattr(self, "_py_func", None), "__module__", None) or ""
+        if not module.startswith("corgnn."):
+            return numba_load(self, sig, target_context)
+        try:
+            rtsys.initialize(target_context)
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
+        except Exception:
+            return numba_load(self, sig, target_context)
+
+    load_overload.__doc__ = numba_load.__doc__
+    load_overload.corgnn_light = True
+    cache_class.load_overload = load_overload
 
 
 @functools.cache
