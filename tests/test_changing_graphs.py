@@ -132,6 +132,17 @@ def test_long_rows_are_sorted_stably(length):
     assert torch.equal(c, col[perm]) and torch.equal(v, val[perm]) and torch.equal(c[entry], col)
 
 
+def test_a_build_too_large_to_allocate_raises_memory_error():
+    """The build kernels allocate through Numba's runtime (``build._new_array``): an
+    allocation that fails raises MemoryError, as ``np.empty`` would, not a crash."""
+    ei = torch.randint(0, 50, (2, 200))
+    with pytest.raises(MemoryError):
+        build.adjacency_csr(ei, None, 2**42, dtype=torch.float32, loops=build.LOOPS_DIAGONAL, fill=1.0)
+    ptr, col, _, _ = build.adjacency_csr(ei, None, 50, dtype=torch.float32, loops=build.LOOPS_DIAGONAL, fill=1.0)
+    with pytest.raises(MemoryError):
+        build.csr_to_csc(ptr, col, 2**42)
+
+
 # ------------------------------------------------------------- the shared store
 
 

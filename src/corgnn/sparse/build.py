@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit
+from numba import njit, types
+from numba.core.imputils import impl_ret_new_ref
+from numba.extending import intrinsic
 
 from .backends.numba_threads import load_target
 
@@ -57,6 +59,61 @@ _JIT = dict(cache=True, nogil=True)
 def supported(device: torch.device, dtype: torch.dtype | None) -> bool:
     """Whether these kernels build for ``device`` and value ``dtype`` (None: a pattern)."""
     return device.type == "cpu" and (dtype is None or dtype in _NUMBA_DTYPES)
+
+
+@intrinsic
+def _new_array(typingctx, size, like):
+    """``np.empty(size, dtype=like.dtype)`` (1-D, C order, uninitialised) in a kernel.
+
+    NOTE: the kernels allocate through this instead of ``np.empty`` / ``np.zeros`` /
+    ``np.full`` / ``.copy()``. Those are Numba overloads compiled as functions of
+    ``numba.np.arrayobj`` with their own environments, which a fresh process imports
+    (with ``numba.cpython.unicode``, ~20-30 ms) when it loads a kernel using them from
+    the cache (issue 21: the first call of a process). This intrinsic is inlined
+    into the kernel (no environment of its own): Numba's runtime allocator (NRT,
+    64-byte aligned; MemoryError when it fails, as ``np.empty``), and ``arrayobj``'s
+    code generator of the array header, imported only while compiling. A cached
+    kernel using it loads in ~7 ms with no import (the adjacency build: 36 ms with
+    ``np.empty``). Passing caller-allocated arrays instead was tried: loading was as
+    cheap, but the kernels ran 10-20 % slower (LLVM then cannot assume the arrays do
+    not alias: the CSC dual of a 512-graph batch 166 -> 192 us; 162 us with this)."""
+    if not isinstance(size, types.Integer) or not isinstance(like, types.Array):
+        return None
+    arrtype = types.Array(like.dtype, 1, "C")
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+        from numba.np.arrayobj import populate_array  # (a code generator: compile time only)
+
+        n = context.cast(builder, args[0], size, types.intp)
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(arrtype.dtype)))
+        meminfo = context.nrt.meminfo_alloc_aligned(builder, size=builder.mul(n, itemsize), align=64)
+        with builder.if_then(cgutils.is_null(builder, meminfo), likely=False):
+            context.call_conv.return_user_exc(builder, MemoryError, ("corgnn: array allocation failed",))
+        ary = context.make_array(arrtype)(context, builder)
+        data = builder.bitcast(context.nrt.meminfo_data(builder, meminfo), ary.data.type)
+        populate_array(ary, data=data, shape=[n], strides=[itemsize], itemsize=itemsize, meminfo=meminfo)
+        return impl_ret_new_ref(context, builder, arrtype, ary._getvalue())
+
+    return arrtype(size, like), codegen
+
+
+@njit(**_JIT)
+def _filled(size, like, value):
+    """``np.full(size, value, dtype=like.dtype)`` in a kernel (see :func:`_new_array`)."""
+    out = _new_array(size, like)
+    for i in range(size):
+        out[i] = value
+    return out
+
+
+@njit(**_JIT)
+def _head(a, size):
+    """A new copy of ``a[:size]`` (see :func:`_new_array`)."""
+    out = _new_array(size, a)
+    for i in range(size):
+        out[i] = a[i]
+    return out
 
 
 @njit(**_JIT)
@@ -95,11 +152,16 @@ def _merge_row(col, val, has_val, order, a, b, tc, tv, to):
 
 
 @njit(**_JIT)
-def _sort_rows(rowptr, col, val, has_val, order, tc, tv, to):
+def _sort_rows(rowptr, col, val, has_val, order):
     """Sort each row's entries by column, stably (insertion sort on short rows,
-    a merge sort on long ones, with the scratch ``tc, tv, to`` of the longest row's
-    length, empty when no row has more than 32 entries), carrying ``val`` and ``order``."""
+    a merge sort on long ones), carrying ``val`` and ``order`` along."""
     n = rowptr.shape[0] - 1
+    longest = 0
+    for i in range(n):
+        longest = max(longest, rowptr[i + 1] - rowptr[i])
+    tc = _new_array(longest if longest > 32 else 0, col)
+    to = _new_array(tc.shape[0], order)
+    tv = _new_array(tc.shape[0] if has_val else 0, val)
     for i in range(n):
         a, b = rowptr[i], rowptr[i + 1]
         if b - a <= 32:
@@ -119,13 +181,6 @@ def _sort_rows(rowptr, col, val, has_val, order, tc, tv, to):
                     val[j + 1] = v
         else:
             _merge_row(col, val, has_val, order, a, b, tc, tv, to)
-
-
-def _merge_scratch(longest: int, val_dtype):
-    """``(tc, tv, to)`` for :func:`_sort_rows`: the longest row's length when it is
-    merge-sorted (over 32 entries), else empty."""
-    size = longest if longest > 32 else 0
-    return np.empty(size, dtype=np.int64), np.empty(size, dtype=val_dtype), np.empty(size, dtype=np.int64)
 
 
 @njit(**_JIT)
@@ -157,43 +212,34 @@ def _coalesce(rowptr, col, val, has_val, order, entry):
 
 
 @njit(**_JIT)
-def _entries(order, entry, count):
-    """``entry[order[p]] = p`` for ``p < count`` and the recorded ids ``order[p] < entry.shape[0]``."""
+def _entries(order, entry):
+    """``entry[order[p]] = p`` for the recorded ids ``order[p] < entry.shape[0]``."""
     q = entry.shape[0]
-    for p in range(count):
+    for p in range(order.shape[0]):
         if order[p] < q:
             entry[order[p]] = p
 
 
-# NOTE: the kernels below allocate nothing: every array is made by the caller (NumPy)
-# and passed in, and a size known only after a pass over the edges (the entries kept,
-# the longest row) is returned by a first call of the same kernel (``fill=False``).
-# A kernel that allocates (``np.empty``, ``np.zeros``, ``.copy()``) links NumPy
-# support whose pickled environments make a fresh process import ``numba.np.arrayobj``
-# and ``numba.cpython.unicode`` (~20-30 ms with their imports) when it loads the kernel
-# from the cache (measured: a cached kernel calling ``np.empty`` loads in 65-111 ms, one
-# without allocation in 43 ms, Numba's runtime start included).
+@njit(**_JIT)
+def _pointer(index, count, size):
+    """Compressed pointer ``(size+1,)`` of the ids ``index[:count]`` (any order): counts,
+    then their running sum."""
+    ptr = _filled(size + 1, index, 0)
+    for e in range(count):
+        ptr[index[e] + 1] += 1
+    for i in range(size):
+        ptr[i + 1] += ptr[i]
+    return ptr
 
 
 @njit(**_JIT)
-def _coo_to_csr_kernel(fill, row, col, val, has_val, n, coalesce, rowptr, nxt, out_col, out_val, order, entry, tc, tv, to):
-    """``fill=False``: ``rowptr (n+1,)`` of the rows ``row (q,)``; returns the longest
-    row's length. ``fill=True``: the rest of :func:`coo_to_csr` into ``out_col,
-    out_val, order (q,)``, ``entry (q,)`` (all -1 on entry), with the cursor ``nxt
-    (n,)`` and :func:`_merge_scratch`; returns the entry count."""
+def _coo_to_csr_kernel(row, col, val, has_val, n, coalesce):
     q = row.shape[0]
-    if not fill:
-        for i in range(n + 1):
-            rowptr[i] = 0
-        for e in range(q):
-            rowptr[row[e] + 1] += 1
-        longest = 0
-        for i in range(n):
-            longest = max(longest, rowptr[i + 1])
-            rowptr[i + 1] += rowptr[i]
-        return longest
-    for i in range(n):
-        nxt[i] = rowptr[i]
+    rowptr = _pointer(row, q, n)
+    nxt = _head(rowptr, n)
+    out_col = _new_array(q, row)
+    out_val = _new_array(q if has_val else 0, val)
+    order = _new_array(q, row)
     for e in range(q):
         p = nxt[row[e]]
         nxt[row[e]] = p + 1
@@ -201,12 +247,13 @@ def _coo_to_csr_kernel(fill, row, col, val, has_val, n, coalesce, rowptr, nxt, o
         order[p] = e
         if has_val:
             out_val[p] = val[e]
-    _sort_rows(rowptr, out_col, out_val, has_val, order, tc, tv, to)
+    _sort_rows(rowptr, out_col, out_val, has_val, order)
+    entry = _filled(q, row, -1)
     if coalesce:
         _coalesce(rowptr, out_col, out_val, has_val, order, entry)
     else:
-        _entries(order, entry, q)
-    return rowptr[n]
+        _entries(order, entry)
+    return rowptr, out_col, out_val, entry
 
 
 def coo_to_csr(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n: int, *, coalesce: bool):
@@ -220,73 +267,64 @@ def coo_to_csr(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n
     """
     load_target()
     has_val = val is not None
-    r, c = row.contiguous().numpy(), col.contiguous().numpy()
     v = val.detach().contiguous().numpy() if has_val else np.empty(0, dtype=np.float32)
-    q = r.shape[0]
-    rowptr, nxt = np.empty(n + 1, dtype=np.int64), np.empty(n, dtype=np.int64)
-    out_col, order, entry = np.empty(q, dtype=np.int64), np.empty(q, dtype=np.int64), np.full(q, -1, dtype=np.int64)
-    out_val = np.empty(q if has_val else 0, dtype=v.dtype)
-    args = [r, c, v, has_val, n, coalesce, rowptr, nxt, out_col, out_val, order, entry]
-    longest = _coo_to_csr_kernel(False, *args, *_merge_scratch(0, v.dtype))
-    nnz = int(_coo_to_csr_kernel(True, *args, *_merge_scratch(int(longest), v.dtype)))
-    return torch.from_numpy(rowptr), torch.from_numpy(out_col[:nnz]), torch.from_numpy(out_val[:nnz]) if has_val else None, torch.from_numpy(entry)
+    ptr, c, w, entry = _coo_to_csr_kernel(row.contiguous().numpy(), col.contiguous().numpy(), v, has_val, n, coalesce)
+    nnz = int(ptr[-1])
+    return torch.from_numpy(ptr), torch.from_numpy(c[:nnz]), torch.from_numpy(w[:nnz]) if has_val else None, torch.from_numpy(entry)
 
 
 @njit(**_JIT)
-def _adjacency_kernel(fill_entries, src, dst, w, has_w, n, loops, norm, coalesce, counts, loopw, rowptr, col, val, order, entry, tc, tv, to, dinv):
-    """``fill_entries=False``: ``counts (n,)`` (zero on entry: kept edges per target),
-    ``loopw (n,)`` (the loop weights, ``fill`` on entry; empty without appended loops)
-    and ``rowptr (n+1,)``; returns ``(entries, longest row)``. ``fill_entries=True``:
-    the rest of :func:`adjacency_csr` into ``col, val, order (entries,)``, ``entry``
-    (all -1 on entry), with ``counts`` as the cursor, :func:`_merge_scratch` and
-    ``dinv (n,)`` (symmetric normalisation, else empty); returns ``(nnz, 0)``."""
+def _adjacency_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, out_dtype_val):
     q = src.shape[0]
     add = loops != LOOPS_KEEP
     drop = loops == LOOPS_REMAINING or loops == LOOPS_REPLACE
-    extra = 1 if add else 0
-    if not fill_entries:
-        kept = 0
-        for e in range(q):
-            if drop and src[e] == dst[e]:
-                if loops == LOOPS_REMAINING:
-                    loopw[src[e]] = w[e] if has_w else 1.0
-                continue
-            counts[dst[e]] += 1
-            kept += 1
-        rowptr[0] = 0
-        longest = 0
-        for i in range(n):
-            d = counts[i] + extra
-            rowptr[i + 1] = rowptr[i] + d
-            longest = max(longest, d)
-        return rowptr[n], longest
+    if loops == LOOPS_REMAINING and not has_w:
+        fill = 1.0  # (PyG's add_remaining_self_loops ignores fill_value without edge weights)
+    loopw = _filled(n if add else 0, out_dtype_val, fill)
+    counts = _filled(n, src, 0)
+    kept = 0
+    for e in range(q):
+        if drop and src[e] == dst[e]:
+            if loops == LOOPS_REMAINING:
+                loopw[src[e]] = w[e] if has_w else 1.0
+            continue
+        counts[dst[e]] += 1
+        kept += 1
+    total = kept + (n if add else 0)
+    rowptr = _filled(n + 1, src, 0)
     for i in range(n):
-        counts[i] = rowptr[i]
+        rowptr[i + 1] = rowptr[i] + counts[i] + (1 if add else 0)
+    nxt = _head(rowptr, n)
+    col = _new_array(total, src)
+    val = _new_array(total, out_dtype_val)
+    order = _new_array(total, src)  # input edge id; q + v for node v's appended loop
     for e in range(q):
         if drop and src[e] == dst[e]:
             continue
         i = dst[e]
-        p = counts[i]
-        counts[i] = p + 1
+        p = nxt[i]
+        nxt[i] = p + 1
         col[p] = src[e]
         order[p] = e
         x = w[e] if has_w else 1.0
         if norm == NORM_MEAN:
-            x = x / max(rowptr[i + 1] - rowptr[i] - extra, 1)
+            x = x / max(counts[i], 1)
         val[p] = x
     if add:
         for i in range(n):
-            p = counts[i]
-            counts[i] = p + 1
+            p = nxt[i]
+            nxt[i] = p + 1
             col[p] = i
             order[p] = q + i
             val[p] = loopw[i]
-    _sort_rows(rowptr, col, val, True, order, tc, tv, to)
+    _sort_rows(rowptr, col, val, True, order)
+    entry = _filled(q + (n if add else 0), src, -1)
     if coalesce:
         _coalesce(rowptr, col, val, True, order, entry)
     else:
-        _entries(order, entry, rowptr[n])
+        _entries(order, entry)
     if norm == NORM_SYMMETRIC:
+        dinv = _filled(n, val, 0.0)
         for i in range(n):
             d = 0.0
             for p in range(rowptr[i], rowptr[i + 1]):
@@ -295,7 +333,7 @@ def _adjacency_kernel(fill_entries, src, dst, w, has_w, n, loops, norm, coalesce
         for i in range(n):
             for p in range(rowptr[i], rowptr[i + 1]):
                 val[p] = dinv[i] * val[p] * dinv[col[p]]
-    return rowptr[n], rowptr[0]
+    return rowptr, col, val, entry
 
 
 def adjacency_csr(
@@ -322,22 +360,12 @@ def adjacency_csr(
     range: the caller's :class:`corgnn.Graph` checked them).
     """
     load_target()
-    n, npd = num_nodes, _np_dtype(dtype)
     ei = edge_index.contiguous().numpy()
-    q = ei.shape[1]
-    w = edge_weight.detach().to(dtype).contiguous().numpy() if edge_weight is not None else np.empty(0, dtype=npd)
-    add = loops != LOOPS_KEEP
-    if loops == LOOPS_REMAINING and edge_weight is None:
-        fill = 1.0  # (PyG's add_remaining_self_loops ignores fill_value without edge weights)
-    counts, loopw, rowptr = np.zeros(n, dtype=np.int64), np.full(n if add else 0, fill, dtype=npd), np.empty(n + 1, dtype=np.int64)
-    head = [ei[0], ei[1], w, edge_weight is not None, n, loops, norm, coalesce, counts, loopw, rowptr]
-    none_i, none_v = np.empty(0, dtype=np.int64), np.empty(0, dtype=npd)
-    total, longest = _adjacency_kernel(False, *head, none_i, none_v, none_i, none_i, *_merge_scratch(0, npd), none_v)
-    col, val, order = np.empty(total, dtype=np.int64), np.empty(total, dtype=npd), np.empty(total, dtype=np.int64)
-    entry = np.full(q + (n if add else 0), -1, dtype=np.int64)
-    dinv = np.empty(n if norm == NORM_SYMMETRIC else 0, dtype=npd)
-    nnz = int(_adjacency_kernel(True, *head, col, val, order, entry, *_merge_scratch(int(longest), npd), dinv)[0])
-    return torch.from_numpy(rowptr), torch.from_numpy(col[:nnz]), torch.from_numpy(val[:nnz]), torch.from_numpy(entry)
+    w = edge_weight.detach().to(dtype).contiguous().numpy() if edge_weight is not None else np.empty(0, dtype=_np_dtype(dtype))
+    proto = np.empty(0, dtype=_np_dtype(dtype))
+    ptr, col, val, entry = _adjacency_kernel(ei[0], ei[1], w, edge_weight is not None, num_nodes, loops, fill, norm, coalesce, proto)
+    nnz = int(ptr[-1])
+    return torch.from_numpy(ptr), torch.from_numpy(col[:nnz]), torch.from_numpy(val[:nnz]), torch.from_numpy(entry)
 
 
 def _np_dtype(dtype: torch.dtype):
@@ -345,19 +373,13 @@ def _np_dtype(dtype: torch.dtype):
 
 
 @njit(**_JIT)
-def _csr_to_csc_kernel(rowptr, col, colptr, nxt, row, perm):
-    """Counting sort of the CSR entries ``rowptr, col`` by column into ``colptr
-    (m+1,)``, ``row, perm (nnz,)``, with the cursor ``nxt (m,)``; returns nnz."""
+def _csr_to_csc_kernel(rowptr, col, m):
     n = rowptr.shape[0] - 1
-    m = nxt.shape[0]
     nnz = rowptr[n]
-    for c in range(m + 1):
-        colptr[c] = 0
-    for p in range(nnz):
-        colptr[col[p] + 1] += 1
-    for c in range(m):
-        colptr[c + 1] += colptr[c]
-        nxt[c] = colptr[c]
+    colptr = _pointer(col, nnz, m)
+    nxt = _head(colptr, m)
+    row = _new_array(nnz, col)
+    perm = _new_array(nnz, col)
     for i in range(n):
         for p in range(rowptr[i], rowptr[i + 1]):
             c = col[p]
@@ -365,7 +387,7 @@ def _csr_to_csc_kernel(rowptr, col, colptr, nxt, row, perm):
             nxt[c] = t + 1
             row[t] = i
             perm[t] = p
-    return nnz
+    return colptr, row, perm
 
 
 def csr_to_csc(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int):
@@ -373,9 +395,5 @@ def csr_to_csc(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int):
     (CPU): column-major, rows ascending within a column; ``perm[t]`` the CSR position
     of CSC entry ``t``. One counting sort, O(nnz + n + m)."""
     load_target()
-    rp = rowptr.contiguous().numpy()
-    nnz = int(rp[-1])
-    colptr, nxt = np.empty(num_cols + 1, dtype=np.int64), np.empty(num_cols, dtype=np.int64)
-    row, perm = np.empty(nnz, dtype=np.int64), np.empty(nnz, dtype=np.int64)
-    _csr_to_csc_kernel(rp, col.contiguous().numpy(), colptr, nxt, row, perm)
+    colptr, row, perm = _csr_to_csc_kernel(rowptr.contiguous().numpy(), col.contiguous().numpy(), num_cols)
     return torch.from_numpy(colptr), torch.from_numpy(row), torch.from_numpy(perm)
