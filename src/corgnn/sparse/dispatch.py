@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from typing import Callable
 
 from .backends.base import Backend, Case
 
@@ -47,7 +48,7 @@ PRIORITY: dict[str, tuple[str, ...]] = {
 
 
 _BACKENDS: dict[str, Backend] = {}
-_SELECTED: dict[tuple[Case, str | None], Backend] = {}
+_SELECTED: dict[tuple[Case, str | None], tuple[Backend, Callable]] = {}
 # (a forked child selects again: a backend may not run there, see backends.numba_threads)
 os.register_at_fork(after_in_child=_SELECTED.clear)
 """Memo of :func:`select` per (case, forced name): a backend's answers depend on the
@@ -125,11 +126,20 @@ def select(case: Case) -> Backend:
         ValueError: no backend (or not the forced one) can run ``case``; the
             message gives each backend's reason.
     """
+    return _selected(case)[0]
+
+
+def _selected(case: Case) -> tuple[Backend, Callable]:
+    """``(backend, its kernel of case.op)`` for ``case``, memoized per (case, forced
+    name): one dict lookup per kernel call once decided (the kernel callable too, not
+    only the backend: on a mini-batch of small graphs a kernel runs in a few
+    microseconds, and each Python call level of dispatch costs about one)."""
     forced = _forced()
-    b = _SELECTED.get((case, forced))
-    if b is None:
-        b = _SELECTED[(case, forced)] = _select(case, forced)
-    return b
+    hit = _SELECTED.get((case, forced))
+    if hit is None:
+        b = _select(case, forced)
+        hit = _SELECTED[(case, forced)] = (b, b.kernel(case.op))
+    return hit
 
 
 def _select(case: Case, forced: str | None) -> Backend:
@@ -149,6 +159,6 @@ def _select(case: Case, forced: str | None) -> Backend:
     raise ValueError(f"{head} {case}. Reasons: {why}")
 
 
-def run(op: str, case: Case, *args):
-    """Run ``op`` on the backend :func:`select` picks for ``case``."""
-    return select(case).kernel(op)(*args)
+def run(case: Case, *args):
+    """Run ``case.op`` on ``args`` with the kernel of the backend :func:`select` picks."""
+    return _selected(case)[1](*args)

@@ -491,10 +491,20 @@ class CSR(SparseFormat):
         return COO(self.row(), self.col, self.val, self.shape, sorted=True, check=False)
 
     def _make_row_plan(self, transpose: bool):
+        """The walk of ``A`` (this CSR's arrays) or of ``A^T``: the CSC dual's arrays
+        (the CSR arrays of ``A^T``) with ``perm`` back to this CSR's entry order,
+        without the CSC's values (:meth:`to_csc` adds them): a backward walks ``A^T``
+        with ``A``'s values (or per-call ones) through ``perm``."""
         if not transpose:
             return self.rowptr, self.col, None
-        csc = self.to_csc()  # CSC arrays of A are the CSR arrays of A^T
-        return csc.colptr, csc.row, csc.perm
+        n, m = self.shape
+        if self.device.type == "cpu":  # one counting sort on the column, O(nnz)
+            from .build import csr_to_csc
+
+            return csr_to_csc(self.rowptr, self.col, m)
+        key = self.col * max(n, 1) + self.row()
+        perm = torch.argsort(key, stable=True)
+        return ptr_from_sorted(self.col[perm], m), self.row()[perm], perm
 
     def to_csr(self) -> "CSR":
         return self
@@ -506,17 +516,11 @@ class CSR(SparseFormat):
     def to_csc(self) -> "CSC":
         """The same matrix in CSC, with ``perm`` back to this CSR's entry order (cached)."""
         if self._csc is None:
-            n, m = self.shape
-            if self.device.type == "cpu":  # one counting sort on the column, O(nnz)
-                from .build import csr_to_csc
-
-                colptr, row, perm = csr_to_csc(self.rowptr, self.col, m)
-            else:
-                key = self.col * max(n, 1) + self.row()
-                perm = torch.argsort(key, stable=True)
-                row = self.row()[perm]
-                colptr = ptr_from_sorted(self.col[perm], m)
-            val = self.val[perm] if self.val is not None else None
+            plan = self._plans.get(True)  # (the arrays of A^T's walk, when built: shared)
+            if plan is None or plan[1].numel() != self.nnz:  # (none yet, or an installed padded plan)
+                plan = self._make_row_plan(True)
+            colptr, row, perm = plan
+            val = self.val.index_select(0, perm) if self.val is not None else None
             self._csc = CSC(colptr, row, val, self.shape, perm=perm, check=False)
         return self._csc
 

@@ -108,7 +108,7 @@ def _register(spec: OpSpec):
 
     @functools.wraps(sig)
     def impl(*args):
-        return run(name, case_of(*args), *args)
+        return run(case_of(*args), *args)
 
     op = custom_op(f"corgnn::{name}", mutates_args=())(impl)
     op.register_torch_dispatch(FunctionalTensorMode, functools.partial(_decompose, case_of, name))
@@ -117,7 +117,9 @@ def _register(spec: OpSpec):
     CASE_OF[name] = case_of
 
     def call(*args):
-        return op(*args) if torch.compiler.is_compiling() else impl(*args)
+        if torch.compiler.is_compiling():
+            return op(*args)
+        return run(case_of(*args), *args)
 
     call.__name__, call.__doc__, call.op, call.fake = name, sig.__doc__, op, spec.fake
     call.signature = inspect.signature(sig)
