@@ -164,6 +164,31 @@ def test_cached_kernels_load_without_numbas_registries_and_numba_still_compiles(
                    "jit_dot_ok": "True", "solve_ok": "True", "after": "True"}
 
 
+@pytest.mark.parametrize("conv", ["GATConv", "GATv2Conv", "TransformerConv"])
+def test_attention_kernels_load_without_numbas_array_registries(conv):
+    """The attention layers' cached kernels (forward, backward, their per-task scratch
+    arrays through ``empty_array``, the float32 exp's bit cast) load in a fresh process
+    without ``numba.np.arrayobj`` (its import, ~50 ms, was most of a GAT model's extra
+    first call), with PyG's outputs and input gradients (dropout off)."""
+    code = (
+        "import sys, torch, corgnn\n"
+        f"from torch_geometric.nn import {conv} as Conv\n"
+        "torch.manual_seed(0)\n"
+        "pyg = Conv(8, 4, heads=2)\n"
+        "m = corgnn.optimize(Conv(8, 4, heads=2)); m.load_state_dict(pyg.state_dict())\n"
+        "x, ei = torch.randn(50, 8, requires_grad=True), torch.randint(0, 50, (2, 200))\n"
+        "m(x, ei).square().sum().backward(); g = x.grad.clone(); x.grad = None\n"
+        "pyg(x, ei).square().sum().backward()\n"
+        "print('same_as_pyg', bool(torch.allclose(m(x, ei), pyg(x, ei), atol=1e-5) and torch.allclose(g, x.grad, atol=1e-4)))\n"
+        "print('arrayobj_after_first_call', 'numba.np.arrayobj' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "CORGNN_NUMBA_FULL_START")}
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)  # (warms the cache)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    got = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+    assert got == {"same_as_pyg": "True", "arrayobj_after_first_call": "False"}
+
+
 def test_numba_full_start_kept_on_request():
     """``CORGNN_NUMBA_FULL_START=1`` leaves Numba's own cache load (its full target first)."""
     got = first_call_then("", CORGNN_NUMBA_FULL_START="1")

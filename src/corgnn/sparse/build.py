@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit, types
-from numba.core.imputils import impl_ret_new_ref
-from numba.extending import intrinsic
+from numba import njit
 
+from .backends.numba_kernels import empty_array
 from .backends.numba_threads import load_target
 
 __all__ = ["coo_to_csr", "adjacency_csr", "csr_to_csc", "LOOPS_KEEP", "LOOPS_REMAINING", "LOOPS_DIAGONAL", "LOOPS_REPLACE",
@@ -61,47 +60,11 @@ def supported(device: torch.device, dtype: torch.dtype | None) -> bool:
     return device.type == "cpu" and (dtype is None or dtype in _NUMBA_DTYPES)
 
 
-@intrinsic
-def _new_array(typingctx, size, like):
-    """``np.empty(size, dtype=like.dtype)`` (1-D, C order, uninitialised) in a kernel.
-
-    NOTE: the kernels allocate through this instead of ``np.empty`` / ``np.zeros`` /
-    ``np.full`` / ``.copy()``. Those are Numba overloads compiled as functions of
-    ``numba.np.arrayobj`` with their own environments, which a fresh process imports
-    (with ``numba.cpython.unicode``, ~20-30 ms) when it loads a kernel using them from
-    the cache (issue 21: the first call of a process). This intrinsic is inlined
-    into the kernel (no environment of its own): Numba's runtime allocator (NRT,
-    64-byte aligned; MemoryError when it fails, as ``np.empty``), and ``arrayobj``'s
-    code generator of the array header, imported only while compiling. A cached
-    kernel using it loads in ~7 ms with no import (the adjacency build: 36 ms with
-    ``np.empty``). Passing caller-allocated arrays instead was tried: loading was as
-    cheap, but the kernels ran 10-20 % slower (LLVM then cannot assume the arrays do
-    not alias: the CSC dual of a 512-graph batch 166 -> 192 us; 162 us with this)."""
-    if not isinstance(size, types.Integer) or not isinstance(like, types.Array):
-        return None
-    arrtype = types.Array(like.dtype, 1, "C")
-
-    def codegen(context, builder, signature, args):
-        from numba.core import cgutils
-        from numba.np.arrayobj import populate_array  # (a code generator: compile time only)
-
-        n = context.cast(builder, args[0], size, types.intp)
-        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(arrtype.dtype)))
-        meminfo = context.nrt.meminfo_alloc_aligned(builder, size=builder.mul(n, itemsize), align=64)
-        with builder.if_then(cgutils.is_null(builder, meminfo), likely=False):
-            context.call_conv.return_user_exc(builder, MemoryError, ("corgnn: array allocation failed",))
-        ary = context.make_array(arrtype)(context, builder)
-        data = builder.bitcast(context.nrt.meminfo_data(builder, meminfo), ary.data.type)
-        populate_array(ary, data=data, shape=[n], strides=[itemsize], itemsize=itemsize, meminfo=meminfo)
-        return impl_ret_new_ref(context, builder, arrtype, ary._getvalue())
-
-    return arrtype(size, like), codegen
-
-
 @njit(**_JIT)
 def _filled(size, like, value):
-    """``np.full(size, value, dtype=like.dtype)`` in a kernel (see :func:`_new_array`)."""
-    out = _new_array(size, like)
+    """``np.full(size, value, dtype=like.dtype)`` in a kernel (see
+    :func:`~corgnn.sparse.backends.numba_kernels.empty_array`)."""
+    out = empty_array(size, like)
     for i in range(size):
         out[i] = value
     return out
@@ -109,8 +72,8 @@ def _filled(size, like, value):
 
 @njit(**_JIT)
 def _head(a, size):
-    """A new copy of ``a[:size]`` (see :func:`_new_array`)."""
-    out = _new_array(size, a)
+    """A new copy of ``a[:size]`` (see :func:`_filled`)."""
+    out = empty_array(size, a)
     for i in range(size):
         out[i] = a[i]
     return out
@@ -159,9 +122,9 @@ def _sort_rows(rowptr, col, val, has_val, order):
     longest = 0
     for i in range(n):
         longest = max(longest, rowptr[i + 1] - rowptr[i])
-    tc = _new_array(longest if longest > 32 else 0, col)
-    to = _new_array(tc.shape[0], order)
-    tv = _new_array(tc.shape[0] if has_val else 0, val)
+    tc = empty_array(longest if longest > 32 else 0, col)
+    to = empty_array(tc.shape[0], order)
+    tv = empty_array(tc.shape[0] if has_val else 0, val)
     for i in range(n):
         a, b = rowptr[i], rowptr[i + 1]
         if b - a <= 32:
@@ -237,9 +200,9 @@ def _coo_to_csr_kernel(row, col, val, has_val, n, coalesce):
     q = row.shape[0]
     rowptr = _pointer(row, q, n)
     nxt = _head(rowptr, n)
-    out_col = _new_array(q, row)
-    out_val = _new_array(q if has_val else 0, val)
-    order = _new_array(q, row)
+    out_col = empty_array(q, row)
+    out_val = empty_array(q if has_val else 0, val)
+    order = empty_array(q, row)
     for e in range(q):
         p = nxt[row[e]]
         nxt[row[e]] = p + 1
@@ -295,9 +258,9 @@ def _adjacency_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, out_dt
     for i in range(n):
         rowptr[i + 1] = rowptr[i] + counts[i] + (1 if add else 0)
     nxt = _head(rowptr, n)
-    col = _new_array(total, src)
-    val = _new_array(total, out_dtype_val)
-    order = _new_array(total, src)  # input edge id; q + v for node v's appended loop
+    col = empty_array(total, src)
+    val = empty_array(total, out_dtype_val)
+    order = empty_array(total, src)  # input edge id; q + v for node v's appended loop
     for e in range(q):
         if drop and src[e] == dst[e]:
             continue
@@ -378,8 +341,8 @@ def _csr_to_csc_kernel(rowptr, col, m):
     nnz = rowptr[n]
     colptr = _pointer(col, nnz, m)
     nxt = _head(colptr, m)
-    row = _new_array(nnz, col)
-    perm = _new_array(nnz, col)
+    row = empty_array(nnz, col)
+    perm = empty_array(nnz, col)
     for i in range(n):
         for p in range(rowptr[i], rowptr[i + 1]):
             c = col[p]

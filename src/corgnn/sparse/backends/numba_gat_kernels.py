@@ -33,7 +33,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .numba_kernels import gather_kernel, prefetch_gather
+from .numba_kernels import empty_array, gather_kernel, prefetch_gather
 
 __all__ = [
     "keep_edge",
@@ -152,8 +152,8 @@ def gat_forward_rows(dist):
         drop = thresh > 0
         zero = scale * 0
         for t in prange(chunks.shape[0] - 1):
-            mx = np.empty(H, dtype=M.dtype)
-            tot = np.empty(H, dtype=M.dtype)
+            mx = empty_array(H, M)
+            tot = empty_array(H, M)
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 hi = ptr[i + 1]
@@ -206,9 +206,9 @@ def gat_backward_rows(dist):
         drop = thresh > 0
         zero = scale * 0
         for t in prange(chunks.shape[0] - 1):
-            mx = np.empty(H, dtype=M.dtype)
-            inv = np.empty(H, dtype=M.dtype)
-            dot = np.empty(H, dtype=M.dtype)
+            mx = empty_array(H, M)
+            inv = empty_array(H, M)
+            dot = empty_array(H, M)
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 hi = ptr[i + 1]

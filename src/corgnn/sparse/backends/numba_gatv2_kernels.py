@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit, prange
 
 from .numba_gat_kernels import dropped_weights
-from .numba_kernels import chunk_degree, copy_row, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather
+from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather
 
 __all__ = ["gatv2_forward_rows", "gatv2_backward_rows", "gatv2_backward_cols"]
 
@@ -96,14 +96,17 @@ def gatv2_forward_rows(dist):
         zero = scale * 0
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
-            P = np.empty((deg, H), dtype=XLt.dtype)
-            W = np.empty((deg if drop else 0, H), dtype=XLt.dtype)
-            T = np.empty((deg, H), dtype=np.float32)
-            mx = np.empty(H, dtype=XLt.dtype)
-            tot = np.empty(H, dtype=XLt.dtype)
-            XRt = np.empty((K, H), dtype=XLt.dtype)
-            att_t = np.ascontiguousarray(att.T)  # (K, H)
-            acc = np.empty((K, H), dtype=XLt.dtype)
+            P = empty_array((deg, H), XLt)
+            W = empty_array((deg if drop else 0, H), XLt)
+            T = empty_array((deg, H), np.float32)
+            mx = empty_array(H, XLt)
+            tot = empty_array(H, XLt)
+            XRt = empty_array((K, H), XLt)
+            att_t = empty_array((K, H), att)  # (K, H): att transposed
+            for a in range(K):
+                for h in range(H):
+                    att_t[a, h] = att[h, a]
+            acc = empty_array((K, H), XLt)
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
@@ -170,17 +173,21 @@ def gatv2_backward_rows(dist):
         zero = scale * 0
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
-            P = np.empty((deg, H), dtype=XLt.dtype)  # alpha
-            Gd = np.empty((deg, H), dtype=XLt.dtype)  # dalpha, then de
-            T = np.empty((deg, H), dtype=np.float32)
-            tot = np.empty(H, dtype=XLt.dtype)
-            shift = np.empty(H, dtype=XLt.dtype)
-            dot = np.empty(H, dtype=XLt.dtype)
-            att_t = np.ascontiguousarray(att.T)  # (K, H)
-            XRt = np.empty((K, H), dtype=XLt.dtype)
-            Gt = np.empty((K, H), dtype=XLt.dtype)
-            acc = np.empty((K, H), dtype=XLt.dtype)
-            dat = np.zeros((K, H), dtype=XLt.dtype)
+            P = empty_array((deg, H), XLt)  # alpha
+            Gd = empty_array((deg, H), XLt)  # dalpha, then de
+            T = empty_array((deg, H), np.float32)
+            tot = empty_array(H, XLt)
+            shift = empty_array(H, XLt)
+            dot = empty_array(H, XLt)
+            att_t = empty_array((K, H), att)  # (K, H): att transposed
+            for a in range(K):
+                for h in range(H):
+                    att_t[a, h] = att[h, a]
+            XRt = empty_array((K, H), XLt)
+            Gt = empty_array((K, H), XLt)
+            acc = empty_array((K, H), XLt)
+            dat = empty_array((K, H), XLt)
+            dat[:] = 0
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
@@ -262,11 +269,14 @@ def gatv2_backward_cols(dist):
         drop = thresh > 0
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
-            Av = np.empty((deg, H), dtype=XLl.dtype)
-            Dv = np.empty((deg, H), dtype=XLl.dtype)
-            XLc = np.empty((K, H), dtype=XLl.dtype)
-            att_t = np.ascontiguousarray(att.T)  # (K, H)
-            acc = np.empty((K, H), dtype=XLl.dtype)
+            Av = empty_array((deg, H), XLl)
+            Dv = empty_array((deg, H), XLl)
+            XLc = empty_array((K, H), XLl)
+            att_t = empty_array((K, H), att)  # (K, H): att transposed
+            for a in range(K):
+                for h in range(H):
+                    att_t[a, h] = att[h, a]
+            acc = empty_array((K, H), XLl)
             for c in range(chunks[t], chunks[t + 1]):
                 lo = ptr[c]
                 m = ptr[c + 1] - lo

@@ -45,6 +45,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
+from numba.core.imputils import impl_ret_new_ref
 from numba.extending import intrinsic
 
 
@@ -92,6 +93,64 @@ per-core caches, where the prefetch instructions only cost issue slots (measured
 PubMed's shape, n = 19,717, 2 threads: f = 16 (1.3 MB) 0.24 -> 0.28 ms with
 prefetch, f = 64 (5 MB) 0.39 -> 0.40 ms, f = 256 (20 MB) 1.99 -> 1.63 ms)."""
 _LINE = 64  # bytes per cache line on x86-64 and most AArch64 cores
+
+
+@intrinsic
+def empty_array(typingctx, shape, like):
+    """``np.empty(shape, dtype)`` inside a kernel: ``shape`` an int or a tuple of ints
+    (non-negative); the dtype is ``like``'s: an array's (only its type is read: not
+    ``like.dtype``, whose value Numba builds through ``numba.np.npyimpl``, another
+    import at load) or a NumPy scalar type (``np.int64``); a C-ordered, uninitialised
+    array.
+
+    NOTE: every corgnn kernel allocates through this instead of ``np.empty`` /
+    ``np.zeros`` / ``np.full`` / ``.copy()``. Those are Numba overloads compiled as
+    functions of ``numba.np.arrayobj`` with their own environments, which a fresh
+    process imports (with ``numba.cpython.unicode`` and ``charseq``, ~50 ms on the
+    2-core CI machine) when it loads a kernel using them from Numba's cache (issue 21:
+    the first call of a process). This is inlined into the kernel (no environment of
+    its own): Numba's runtime allocator (NRT, 64-byte aligned; ``MemoryError`` when
+    it fails, as ``np.empty``; a negative size asks for more than any machine has),
+    and ``arrayobj``'s code generator of the array header, imported only while
+    compiling. Passing caller-allocated arrays instead was tried for the graph
+    builds: loading was as cheap, but they ran 10-20 % slower (LLVM then cannot
+    assume the arrays do not alias)."""
+    if isinstance(like, types.Array):
+        dt = like.dtype
+    elif isinstance(like, types.NumberClass):
+        dt = like.instance_type
+    else:
+        return None
+    if isinstance(shape, types.Integer):
+        dims_ty = (shape,)
+    elif isinstance(shape, types.BaseTuple) and len(shape) and all(isinstance(d, types.Integer) for d in shape):
+        dims_ty = tuple(shape)
+    else:
+        return None
+    arrtype = types.Array(dt, len(dims_ty), "C")
+
+    def codegen(context, builder, signature, args):
+        from numba.np.arrayobj import populate_array  # (a code generator: compile time only)
+
+        if isinstance(signature.args[0], types.Integer):
+            values = [args[0]]
+        else:
+            values = cgutils.unpack_tuple(builder, args[0], len(dims_ty))
+        dims = [context.cast(builder, v, t, types.intp) for v, t in zip(values, dims_ty)]
+        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(dt)))
+        strides, size = [], itemsize
+        for d in reversed(dims):  # (C order: the last dimension contiguous)
+            strides.insert(0, size)
+            size = builder.mul(size, d)
+        meminfo = context.nrt.meminfo_alloc_aligned(builder, size=size, align=64)
+        with builder.if_then(cgutils.is_null(builder, meminfo), likely=False):
+            context.call_conv.return_user_exc(builder, MemoryError, ("corgnn: array allocation failed",))
+        ary = context.make_array(arrtype)(context, builder)
+        data = builder.bitcast(context.nrt.meminfo_data(builder, meminfo), ary.data.type)
+        populate_array(ary, data=data, shape=dims, strides=strides, itemsize=itemsize, meminfo=meminfo)
+        return impl_ret_new_ref(context, builder, arrtype, ary._getvalue())
+
+    return arrtype(shape, like), codegen
 
 
 @intrinsic
@@ -176,6 +235,22 @@ _HALF = np.float32(0.5)
 _P = tuple(np.float32(1.0 / math.factorial(k)) for k in range(8))
 
 
+@intrinsic
+def _float32_bits(typingctx, bits):
+    """The float32 whose bit pattern is ``bits`` taken as an int32 (wider integers
+    wrap, as a store into an int32 array does; a register bitcast, not
+    ``array.view(np.int32)``, whose Numba implementation is a function of
+    ``numba.np.arrayobj`` that a fresh process then imports when it loads the kernel
+    from the cache: see :func:`empty_array`)."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(context.cast(builder, args[0], signature.args[0], types.int32), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
 @njit(inline="always")
 def exp_shifted(P, T, m, shift, tot):
     """``P[j, h] = exp(P[j, h] - shift[h])`` for ``j < m``; ``tot[h] +=`` their sum.
@@ -187,14 +262,13 @@ def exp_shifted(P, T, m, shift, tot):
     """
     H = P.shape[1]
     if P.itemsize == 4:
-        Ti = T.view(np.int32)
         for j in range(m):
             for h in range(H):
                 x = max(P[j, h] - shift[h], _EXP_MIN)
                 nf = np.floor(x * _LOG2E + _HALF)
                 r = (x - nf * _LN2_HI) - nf * _LN2_LO
                 P[j, h] = _P[0] + r * (_P[1] + r * (_P[2] + r * (_P[3] + r * (_P[4] + r * (_P[5] + r * (_P[6] + r * _P[7]))))))
-                Ti[j, h] = (np.int32(nf) + 127) << 23
+                T[j, h] = _float32_bits((np.int32(nf) + 127) << 23)
         for j in range(m):
             for h in range(H):
                 v = P[j, h] * T[j, h]
@@ -434,13 +508,15 @@ def edge_softmax_rows(ptr, perm, logits, out):
         hi = ptr[i + 1]
         if hi == lo:
             continue
-        mx = np.full(H, -np.inf, dtype=logits.dtype)
+        mx = empty_array(H, logits)
+        mx[:] = -np.inf
         for j in range(lo, hi):
             e = perm[j] if has_perm else j
             for h in range(H):
                 if logits[e, h] > mx[h]:
                     mx[h] = logits[e, h]
-        s = np.zeros(H, dtype=logits.dtype)
+        s = empty_array(H, logits)
+        s[:] = 0
         for j in range(lo, hi):
             e = perm[j] if has_perm else j
             for h in range(H):
@@ -557,7 +633,7 @@ def sddmm_ell_heads(col, lengths, offsets, val, B, C, out):
 @njit(cache=True, nogil=True)
 def _chunk_bounds(nnz, nchunks):
     """``nchunks + 1`` boundaries splitting ``nnz`` entries evenly."""
-    b = np.empty(nchunks + 1, dtype=np.int64)
+    b = empty_array(nchunks + 1, np.int64)
     for c in range(nchunks + 1):
         b[c] = nnz * c // nchunks
     return b
@@ -591,8 +667,10 @@ def spmm_coo(dist):
             return
         nchunks = max(1, min(nchunks, nnz))
         bounds = _chunk_bounds(nnz, nchunks)
-        carry = np.zeros((nchunks, f), dtype=out.dtype)
-        carry_row = np.full(nchunks, -1, dtype=np.int64)
+        carry = empty_array((nchunks, f), out)
+        carry[:] = 0
+        carry_row = empty_array(nchunks, np.int64)
+        carry_row[:] = -1
         for ch in prange(nchunks):
             k = bounds[ch]
             end = bounds[ch + 1]
@@ -645,8 +723,10 @@ def spmm_coo_heads(dist):
             return
         nchunks = max(1, min(nchunks, nnz))
         bounds = _chunk_bounds(nnz, nchunks)
-        carry = np.zeros((nchunks, H, f), dtype=out.dtype)
-        carry_row = np.full(nchunks, -1, dtype=np.int64)
+        carry = empty_array((nchunks, H, f), out)
+        carry[:] = 0
+        carry_row = empty_array(nchunks, np.int64)
+        carry_row[:] = -1
         for ch in prange(nchunks):
             k = bounds[ch]
             end = bounds[ch + 1]

@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit, prange
 
 from .numba_gat_kernels import dropped_weights, keep_edge
-from .numba_kernels import chunk_degree, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
+from .numba_kernels import chunk_degree, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
 
 __all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
 
@@ -80,13 +80,13 @@ def dot_attention_forward_rows(dist):
         zero = scale * 0
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
-            P = np.empty((deg, H), dtype=Q.dtype)
-            W = np.empty((deg if drop else 0, H), dtype=Q.dtype)
-            T = np.empty((deg, H), dtype=np.float32)
-            mx = np.empty(H, dtype=Q.dtype)
-            tot = np.empty(H, dtype=Q.dtype)
-            Qt = np.empty((C, H), dtype=Q.dtype)
-            acc = np.empty((Cv, H), dtype=Q.dtype)
+            P = empty_array((deg, H), Q)
+            W = empty_array((deg if drop else 0, H), Q)
+            T = empty_array((deg, H), np.float32)
+            mx = empty_array(H, Q)
+            tot = empty_array(H, Q)
+            Qt = empty_array((C, H), Q)
+            acc = empty_array((Cv, H), Q)
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
@@ -183,14 +183,14 @@ def dot_attention_backward_rows(dist):
         one = zero + np.float32(1.0)
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
-            P = np.empty((deg, H), dtype=Q.dtype)  # alpha
-            Gd = np.empty((deg, H), dtype=Q.dtype)  # <G_i, V_c>, then de * scale
-            T = np.empty((deg, H), dtype=np.float32)
-            tot = np.empty(H, dtype=Q.dtype)
-            shift = np.empty(H, dtype=Q.dtype)
-            Qt = np.empty((C, H), dtype=Q.dtype)
-            Gt = np.empty((G.shape[2], H), dtype=Q.dtype)  # (values' width)
-            acc = np.empty((C, H), dtype=Q.dtype)
+            P = empty_array((deg, H), Q)  # alpha
+            Gd = empty_array((deg, H), Q)  # <G_i, V_c>, then de * scale
+            T = empty_array((deg, H), np.float32)
+            tot = empty_array(H, Q)
+            shift = empty_array(H, Q)
+            Qt = empty_array((C, H), Q)
+            Gt = empty_array((G.shape[2], H), Q)  # (values' width)
+            acc = empty_array((C, H), Q)
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
                 m = ptr[i + 1] - lo
@@ -288,7 +288,7 @@ def dot_attention_backward_cols(dist):
         Cv = G.shape[2]  # (values' width)
         has_perm = perm.shape[0] > 0
         for t in prange(chunks.shape[0] - 1):
-            Ev = np.empty((chunk_degree(ptr, chunks, t), 2, H), dtype=ea.dtype)
+            Ev = empty_array((chunk_degree(ptr, chunks, t), 2, H), ea)
             for c in range(chunks[t], chunks[t + 1]):
                 lo = ptr[c]
                 m = ptr[c + 1] - lo
