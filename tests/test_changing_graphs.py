@@ -7,6 +7,7 @@ import copy
 import gc
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
@@ -133,14 +134,42 @@ def test_long_rows_are_sorted_stably(length):
 
 
 def test_a_build_too_large_to_allocate_raises_memory_error():
-    """The build kernels allocate through Numba's runtime (``build._new_array``): an
-    allocation that fails raises MemoryError, as ``np.empty`` would, not a crash."""
+    """The build kernels allocate through Numba's runtime (``numba_kernels.empty_array``):
+    an allocation that fails raises MemoryError, as ``np.empty`` would, not a crash."""
     ei = torch.randint(0, 50, (2, 200))
     with pytest.raises(MemoryError):
         build.adjacency_csr(ei, None, 2**42, dtype=torch.float32, loops=build.LOOPS_DIAGONAL, fill=1.0)
     ptr, col, _, _ = build.adjacency_csr(ei, None, 50, dtype=torch.float32, loops=build.LOOPS_DIAGONAL, fill=1.0)
     with pytest.raises(MemoryError):
         build.csr_to_csc(ptr, col, 2**42)
+
+
+def test_kernel_allocation_is_np_empty_in_shape_dtype_and_errors():
+    """``empty_array`` (every kernel's scratch and output allocation): C-ordered arrays
+    of the given shape (an int or a tuple) and the dtype of an array or a NumPy type;
+    a negative dimension raises ValueError as ``np.empty`` does (no wrapped-around
+    allocation of a negative size)."""
+    from numba import njit
+
+    from corgnn.sparse.backends.numba_kernels import empty_array
+
+    @njit(cache=False)
+    def make(n, m):
+        a = empty_array((n, m, 2), np.float32)
+        b = empty_array(n, a)
+        c = empty_array(m, np.int64)
+        a[:] = 1
+        b[:] = 2
+        c[:] = 3
+        return a, b, c
+
+    a, b, c = make(3, 4)
+    assert a.shape == (3, 4, 2) and a.dtype == np.float32 and a.flags.c_contiguous and a.sum() == 24
+    assert b.shape == (3,) and b.dtype == np.float32 and b.sum() == 6
+    assert c.shape == (4,) and c.dtype == np.int64 and c.sum() == 12
+    for n, m in ((-1, 4), (3, -2)):
+        with pytest.raises(ValueError, match="negative dimensions"):
+            make(n, m)
 
 
 # ------------------------------------------------------------- the shared store

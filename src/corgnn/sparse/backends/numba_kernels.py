@@ -98,7 +98,7 @@ _LINE = 64  # bytes per cache line on x86-64 and most AArch64 cores
 @intrinsic
 def empty_array(typingctx, shape, like):
     """``np.empty(shape, dtype)`` inside a kernel: ``shape`` an int or a tuple of ints
-    (non-negative); the dtype is ``like``'s: an array's (only its type is read: not
+    (a negative one raises ``ValueError``, as NumPy's); the dtype is ``like``'s: an array's (only its type is read: not
     ``like.dtype``, whose value Numba builds through ``numba.np.npyimpl``, another
     import at load) or a NumPy scalar type (``np.int64``); a C-ordered, uninitialised
     array.
@@ -137,6 +137,9 @@ def empty_array(typingctx, shape, like):
         else:
             values = cgutils.unpack_tuple(builder, args[0], len(dims_ty))
         dims = [context.cast(builder, v, t, types.intp) for v, t in zip(values, dims_ty)]
+        for d in dims:  # (as np.empty; a product that overflows is not checked: sizes come from the kernel's operands)
+            with builder.if_then(builder.icmp_signed("<", d, context.get_constant(types.intp, 0)), likely=False):
+                context.call_conv.return_user_exc(builder, ValueError, ("negative dimensions are not allowed",))
         itemsize = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(dt)))
         strides, size = [], itemsize
         for d in reversed(dims):  # (C order: the last dimension contiguous)
