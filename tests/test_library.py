@@ -189,6 +189,43 @@ def test_attention_kernels_load_without_numbas_array_registries(conv):
     assert got == {"same_as_pyg": "True", "arrayobj_after_first_call": "False"}
 
 
+def test_numbas_runtime_loads_from_disk_after_the_first_process():
+    """``numba_threads.start_runtime``: the first process compiles Numba's runtime
+    library and writes it next to the kernels' cache, later ones load it (PyG's results,
+    and a user's own jitted function that allocates, linking against that library,
+    works afterwards); an unreadable file falls back to Numba's own start and is
+    removed, so the next process writes it again."""
+    from numba.core.registry import cpu_target
+
+    from corgnn.sparse.backends.numba_threads import runtime_cache_file
+
+    path = runtime_cache_file(cpu_target.target_context.codegen())
+    assert path is not None
+    after = (
+        "from corgnn.sparse.backends import numba_threads\n"
+        "print('runtime', numba_threads.runtime_source())\n"
+        "print('user_jit', numba.njit(lambda n: np.ones(n).sum())(4) == 4.0)\n"
+    )
+    if os.path.exists(path):
+        os.remove(path)
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_VAR, "CORGNN_NUMBA_FULL_START")}
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", FIRST_GIN_CALL + after], env=env, capture_output=True, text=True, check=True)
+        return dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+
+    first, second = run(), run()
+    assert first["runtime"] == "compiled" and second["runtime"] == "loaded"
+    for got in (first, second):
+        assert got["same_as_pyg"] == "True" and got["user_jit"] == "True"
+    with open(path, "wb") as f:
+        f.write(b"not a runtime library")
+    broken = run()
+    assert broken["runtime"] == "numba" and broken["same_as_pyg"] == "True" and broken["user_jit"] == "True"
+    assert not os.path.exists(path)
+    assert run()["runtime"] == "compiled" and os.path.exists(path)
+
+
 def test_numba_full_start_kept_on_request():
     """``CORGNN_NUMBA_FULL_START=1`` leaves Numba's own cache load (its full target first)."""
     got = first_call_then("", CORGNN_NUMBA_FULL_START="1")

@@ -42,9 +42,10 @@ import threading
 import numba
 import torch
 
-__all__ = ["load_target", "launch", "launch_lock", "mark_launched", "serialised", "unusable_reason"]
+__all__ = ["load_target", "start_runtime", "runtime_cache_file", "runtime_source", "launch", "launch_lock", "mark_launched", "serialised", "unusable_reason"]
 
-_state = {"lock": threading.Lock(), "launched": False, "serial": True, "torch_omp": False, "layer": None, "unusable": None}
+_state = {"lock": threading.Lock(), "launched": False, "serial": True, "torch_omp": False, "layer": None, "unusable": None, "runtime": None}
+# ("runtime": how :func:`start_runtime` started Numba's runtime: "loaded" from disk, "compiled" and written, "numba"'s own start)
 
 
 @functools.cache
@@ -71,7 +72,6 @@ def load_target() -> None:
     if os.environ.get("CORGNN_NUMBA_FULL_START") == "1":
         return
     from numba.core import caching
-    from numba.core.runtime import rtsys
 
     cache_class = caching.Cache
     numba_load = cache_class.load_overload
@@ -83,7 +83,7 @@ def load_target() -> None:
         if not module.startswith("corgnn."):
             return numba_load(self, sig, target_context)
         try:
-            rtsys.initialize(target_context)
+            start_runtime(target_context)
             with self._guard_against_spurious_io_errors():
                 return self._load_overload(sig, target_context)
         except Exception:
@@ -92,6 +92,101 @@ def load_target() -> None:
     load_overload.__doc__ = numba_load.__doc__
     load_overload.corgnn_light = True
     cache_class.load_overload = load_overload
+
+
+def runtime_cache_file(codegen) -> str | None:
+    """Where :func:`start_runtime` keeps the runtime's object code: Numba's cache
+    directory (``NUMBA_CACHE_DIR``) or this package's ``__pycache__`` (where Numba
+    caches corgnn's kernels), named by everything the code depends on (Python, Numba
+    and llvmlite versions, the target triple, CPU name and features, as Numba keys
+    its own cache); None when neither directory is writable."""
+    import hashlib
+    import sys
+
+    import llvmlite
+
+    key = repr((sys.version, numba.__version__, llvmlite.__version__, codegen.magic_tuple()))
+    name = f"corgnn-nrt-{hashlib.sha256(key.encode()).hexdigest()[:16]}.bin"
+    for folder in (numba.config.CACHE_DIR or None, os.path.join(os.path.dirname(__file__), "__pycache__")):
+        if folder:
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError:
+                continue
+            if os.access(folder, os.W_OK):
+                return os.path.join(folder, name)
+    return None
+
+
+def start_runtime(target_context) -> None:
+    """Numba's runtime (NRT) started as ``rtsys.initialize`` does, with its compiled
+    library loaded from disk after the first process instead of compiled again.
+
+    NOTE: ``rtsys.initialize`` compiles NRT's reference-count and allocation helpers
+    with LLVM in every process: 23-24 ms of a fresh process's first call on the 2-core
+    CI machine (a second compile in the same process still 17-20 ms: the work is the
+    compile, not a one-time start). The first process compiles it here the same way
+    with object caching on and writes the object code (and the bitcode other
+    libraries link against) next to Numba's cache of corgnn's kernels; later ones
+    load it as Numba loads a cached kernel. Any failure (no writable folder, an
+    unreadable or foreign file, another Numba's internals) falls back to
+    ``rtsys.initialize``."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.runtime import _nrt_python, nrtdynmod, rtsys
+
+    if getattr(rtsys, "_init", True):  # (started, or another Numba: its own start below)
+        return rtsys.initialize(target_context)
+    how = "numba"
+    try:
+        import pickle
+
+        from llvmlite import binding as ll
+
+        with global_compiler_lock:
+            if rtsys._init:
+                return None
+            codegen = target_context.codegen()
+            path = runtime_cache_file(codegen)
+            if path is None or numba.config.NRT_STATS:
+                _state["runtime"] = how
+                return rtsys.initialize(target_context)
+            for py_name, address in _nrt_python.c_helpers.items():  # (as rtsys.initialize registers them)
+                ll.add_symbol(py_name if py_name.startswith("_") else "NRT_" + py_name, address)
+            if os.path.exists(path):
+                try:
+                    with open(path, "rb") as f:
+                        library = codegen.unserialize_library(pickle.load(f))
+                    how = "loaded"
+                except Exception:
+                    os.remove(path)  # (unreadable: the next process writes it again)
+                    raise
+            else:
+                ir_mod, library = nrtdynmod.create_nrt_module(target_context)
+                library.enable_object_caching()
+                library.add_ir_module(ir_mod)
+                library.finalize()
+                how = "compiled"
+            rtsys._library, rtsys._init = library, True
+            if how == "compiled":
+                tmp = f"{path}.{os.getpid()}.tmp"
+                try:  # (written whole, then renamed: a concurrent process reads the old file or the new)
+                    with open(tmp, "wb") as f:
+                        pickle.dump(library.serialize_using_object_code(), f)
+                    os.replace(tmp, path)
+                except OSError:
+                    pass  # (not kept: the next process compiles it again)
+    except Exception:
+        how = "numba"
+        rtsys.initialize(target_context)
+    _state["runtime"] = how
+    return None
+
+
+def runtime_source() -> str | None:
+    """How this process started Numba's runtime (:func:`start_runtime`): "loaded" from
+    disk, "compiled" (and written), "numba" (Numba's own start), or None (not yet, or
+    started outside corgnn's kernel loads)."""
+    return _state["runtime"]
 
 
 @functools.cache
