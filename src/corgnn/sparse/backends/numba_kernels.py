@@ -98,10 +98,10 @@ _LINE = 64  # bytes per cache line on x86-64 and most AArch64 cores
 @intrinsic
 def empty_array(typingctx, shape, like):
     """``np.empty(shape, dtype)`` inside a kernel: ``shape`` an int or a tuple of ints
-    (a negative one raises ``ValueError``, as NumPy's); the dtype is ``like``'s: an array's (only its type is read: not
-    ``like.dtype``, whose value Numba builds through ``numba.np.npyimpl``, another
-    import at load) or a NumPy scalar type (``np.int64``); a C-ordered, uninitialised
-    array.
+    (a negative one raises ``ValueError``, as NumPy's); the dtype is ``like``'s: an
+    array's (only its type is read: not ``like.dtype``, whose value Numba builds
+    through ``numba.np.npyimpl``, another import at load) or a NumPy scalar type
+    (``np.int64``); a C-ordered, uninitialised array.
 
     NOTE: every corgnn kernel allocates through this instead of ``np.empty`` /
     ``np.zeros`` / ``np.full`` / ``.copy()``. Those are Numba overloads compiled as
@@ -110,8 +110,7 @@ def empty_array(typingctx, shape, like):
     2-core CI machine) when it loads a kernel using them from Numba's cache (issue 21:
     the first call of a process). This is inlined into the kernel (no environment of
     its own): Numba's runtime allocator (NRT, 64-byte aligned; ``MemoryError`` when
-    it fails, as ``np.empty``; a negative size asks for more than any machine has),
-    and ``arrayobj``'s code generator of the array header, imported only while
+    it fails, as ``np.empty``), and ``arrayobj``'s code generator of the array header, imported only while
     compiling. Passing caller-allocated arrays instead was tried for the graph
     builds: loading was as cheap, but they ran 10-20 % slower (LLVM then cannot
     assume the arrays do not alias)."""
