@@ -65,6 +65,18 @@ def scores(XLt, c, XRt, att_t, slope, P, j):
             P[j, h] += att_t[k, h] * v
 
 
+@njit(inline="always")
+def _transposed(att):
+    """``att (H, K)`` as a new C-ordered ``(K, H)`` array: ``np.ascontiguousarray(att.T)``
+    without NumPy's overload (see :func:`.numba_kernels.empty_array`)."""
+    H, K = att.shape
+    out = empty_array((K, H), att)
+    for a in range(K):
+        for h in range(H):
+            out[a, h] = att[h, a]
+    return out
+
+
 @gather_kernel(operand=4)
 def gatv2_forward_rows(dist):
     @njit(**_JIT)
@@ -102,10 +114,7 @@ def gatv2_forward_rows(dist):
             mx = empty_array(H, XLt)
             tot = empty_array(H, XLt)
             XRt = empty_array((K, H), XLt)
-            att_t = empty_array((K, H), att)  # (K, H): att transposed
-            for a in range(K):
-                for h in range(H):
-                    att_t[a, h] = att[h, a]
+            att_t = _transposed(att)  # (K, H)
             acc = empty_array((K, H), XLt)
             for i in range(chunks[t], chunks[t + 1]):
                 lo = ptr[i]
@@ -179,10 +188,7 @@ def gatv2_backward_rows(dist):
             tot = empty_array(H, XLt)
             shift = empty_array(H, XLt)
             dot = empty_array(H, XLt)
-            att_t = empty_array((K, H), att)  # (K, H): att transposed
-            for a in range(K):
-                for h in range(H):
-                    att_t[a, h] = att[h, a]
+            att_t = _transposed(att)  # (K, H)
             XRt = empty_array((K, H), XLt)
             Gt = empty_array((K, H), XLt)
             acc = empty_array((K, H), XLt)
@@ -272,10 +278,7 @@ def gatv2_backward_cols(dist):
             Av = empty_array((deg, H), XLl)
             Dv = empty_array((deg, H), XLl)
             XLc = empty_array((K, H), XLl)
-            att_t = empty_array((K, H), att)  # (K, H): att transposed
-            for a in range(K):
-                for h in range(H):
-                    att_t[a, h] = att[h, a]
+            att_t = _transposed(att)  # (K, H)
             acc = empty_array((K, H), XLl)
             for c in range(chunks[t], chunks[t + 1]):
                 lo = ptr[c]
