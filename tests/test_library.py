@@ -300,9 +300,11 @@ def _op_samples():
             (tptr, tidx, tperm, r(m, H, f), r(n, H, f), r(n, H, f), r(m, H, 2), r(csr.nnz, 2), 0.5, 0.3, seed, False),
         ],
         "transformer_attention_backward": [
-            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), r(n, H), None, None, None, None, r(n, H), 0.5, 0.3, seed),
-            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), r(n, H), r(n, H, 2), r(n, H, 2), r(csr.nnz, 2),
+            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), None, None, None, None, r(n, H), 0.5, 0.3, seed),
+            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), r(n, H, 2), r(n, H, 2), r(csr.nnz, 2),
              r(csr.nnz, H), None, 0.5, 0.0, seed),
+            # (one gradient for every head, and the cached attention without dropout)
+            (ptr, idx, None, tptr, tidx, tperm, r(n, 1, f), r(n, H, f), r(m, H, f), r(m, H, f), None, None, None, r(csr.nnz, H), None, 0.5, 0.0, seed),
         ],
     }
 

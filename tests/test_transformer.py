@@ -246,12 +246,18 @@ def test_backends_and_dropout_match_reference(backend, p):
         assert 0.4 < float((keep > 0).double().mean()) < 0.6
     torch.manual_seed(0)
     inputs = [torch.randn(s, dtype=F64) for s in [(n, m)] + [(H * C, m), (H * C,)] * 3 + [(A.nnz, 2), (H * C, 2)]]
-    for concat in (True, False) if backend != "triton" else (True,):  # (the head mean is outside the kernels)
-        g = torch.randn(n, H * C if concat else C, dtype=F64)
+    # (concat=False: the kernels read one (n, 1, c) gradient for every head)
+    for concat in (True, False):
+        d = H * C if concat else C
+        g = torch.randn(n, d, dtype=F64)
+        root = [torch.randn(d, m, dtype=F64), torch.randn(d, dtype=F64)]  # (PyG's lin_skip)
 
-        def grads(fn):
-            t = [v.clone().requires_grad_() for v in inputs]
+        def grads(fn, fused_root=False):
+            t = [v.clone().requires_grad_() for v in inputs + (root if fused_root else [])]
             out = fn(*t)
+            if fused_root:  # (out, x_r): both outputs' gradients
+                (out[0] * g).sum().add((out[1] * g.flip(0)).sum()).backward()
+                return [out[0].detach(), out[1].detach()] + [v.grad for v in t]
             out.backward(g)
             return [out.detach()] + [v.grad for v in t]
 
@@ -263,6 +269,22 @@ def test_backends_and_dropout_match_reference(backend, p):
                 ))
                 for a, b in zip(got, want):
                     torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+            # the root term as a fourth block of the Q, K, V product: x_r and its gradients
+            # (x's and the root weights') beside the attention's
+            got = grads(lambda x, *w: transformer_conv(
+                x, None, *w[:6], A, H, concat=concat, dropout=drop, training=True, edge_attr=w[6], edge_weight=w[7],
+                root_weight=w[8], root_bias=w[9],
+            ), fused_root=True)
+        ws, bs = (v.clone().requires_grad_() for v in root)
+        x_r = inputs[0] @ ws.t() + bs
+        (x_r * g.flip(0)).sum().backward()
+        torch.testing.assert_close(got[1], x_r.detach(), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(got[-2], ws.grad, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(got[-1], bs.grad, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(got[0], want[0], rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(got[2], want[1] + g.flip(0) @ root[0], rtol=1e-10, atol=1e-10)  # (dx: both terms)
+        for a, b in zip(got[3:-2], want[2:]):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
 def test_float32_matches_pyg():
@@ -288,7 +310,6 @@ def test_attention_ops_check_shapes():
     ei, n = make_graph(seed=4)
     A = Graph(ei, num_nodes=n).gat_adjacency(add_self_loops=True)
     Q = K = V = torch.randn(n, 3, 4)
-    D = torch.randn(n, 3)
     _, lse, _, _ = dot_attention_forward(A, Q, K, V, 0.5, NO_DROPOUT)
     bad = {
         "V": (Q, K, torch.randn(n, 3, 2)), "K": (Q, torch.randn(n, 2, 4), V),
@@ -298,9 +319,9 @@ def test_attention_ops_check_shapes():
         with pytest.raises(ValueError, match=what):
             dot_attention_forward(A, q, k, v, 0.5, NO_DROPOUT)
         with pytest.raises(ValueError, match=what):
-            dot_attention_backward(A, Q, q, k, v, D, 0.5, NO_DROPOUT, lse=lse)
+            dot_attention_backward(A, Q, q, k, v, 0.5, NO_DROPOUT, lse=lse)
     with pytest.raises(ValueError, match="G must have shape"):
-        dot_attention_backward(A, torch.randn(n, 3, 5), Q, K, V, D, 0.5, NO_DROPOUT, lse=lse)
+        dot_attention_backward(A, torch.randn(n, 3, 5), Q, K, V, 0.5, NO_DROPOUT, lse=lse)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -492,7 +513,7 @@ def test_train_cli_transformer_smoke(cora):
 def test_bytes_saved_and_plan():
     n, q, h, c, m = 2708, 10556, 8, 8, 1433
     got = [transformer_bytes_saved(s, n, q, h, c, m) for s in SCHEMES]
-    assert got == [0, 12 * n * h * c, 16 * n * h * c + 4 * n * h, 16 * n * h * c + 4 * q * h]
+    assert got == [0, 12 * n * h * c, 12 * n * h * c + 4 * n * h, 12 * n * h * c + 4 * q * h]
     plan = plan_transformer(n, q, h, c, m)
     assert plan.scheme == "edge_weights" and "TransformerConv layer" in plan.table() and "row_stats" in plan.table()
     times = [cc.time_s for cc in plan.costs]
@@ -619,3 +640,29 @@ def test_stacked_projections_heads_last_blocks(stack, monkeypatch):
             torch.testing.assert_close(b, a)
             torch.testing.assert_close(a, (x @ ws[i].t() + bs[i]).unflatten(1, (2, 3)))
             assert a.is_contiguous() and b.transpose(1, 2).is_contiguous() == (i > 0)
+
+
+@pytest.mark.parametrize("stack", [True, False])
+def test_stacked_projections_of_several_widths_with_a_root_block(stack, monkeypatch):
+    """Q, K, V and the root term (PyG's ``lin_skip``, narrower and without a bias) as
+    one product: every block equals its own GEMM, the root block comes out flat, and
+    the stacked backward gives every block's gradients."""
+    from corgnn.functional import projection
+    from corgnn.functional.projection import stacked_projection_grads, stacked_projections
+
+    monkeypatch.setattr(projection, "STACK_GRADS_MIN_BYTES", 0 if stack else 1 << 40)
+    monkeypatch.setattr(projection, "STACK_MIN_FEATURES", 0 if stack else 1 << 30)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(9, 7, dtype=F64, generator=g, requires_grad=True)
+    ws = tuple(torch.randn(d, 7, dtype=F64, generator=g, requires_grad=True) for d in (6, 6, 6, 3))
+    bs = tuple(torch.randn(6, dtype=F64, generator=g, requires_grad=True) for _ in range(3)) + (None,)
+    outs = stacked_projections(x, ws, bs, heads=2, heads_last=(1, 2), flat=(3,))
+    assert [tuple(o.shape) for o in outs] == [(9, 2, 3)] * 3 + [(9, 3)]
+    for out, w, b in zip(outs, ws, bs):
+        torch.testing.assert_close(out.reshape(9, -1), x @ w.t() + (0 if b is None else b))
+    dPs = [torch.randn(9, w.size(0), dtype=F64, generator=g) for w in ws]
+    dws, dbs, dx = stacked_projection_grads(list(dPs), x.detach(), tuple(w.detach() for w in ws), True, True, True)
+    auto = torch.autograd.grad([o.reshape(9, -1) for o in outs], (*ws, x, *bs[:3]), dPs)
+    for got, want in zip((*dws, dx, *dbs[:3]), auto):
+        torch.testing.assert_close(got, want)
+    assert tuple(dbs[3].shape) == (3,)

@@ -6,22 +6,20 @@ A layer with ``h`` heads of ``c`` channels maps ``X (n, m)`` to queries, keys an
 values ``Q, K, V = X W_q^T + b_q, ... (n, h, c)``, the scores
 ``s_e = <Q_i, K_j> / sqrt(c)`` and attention ``alpha (q, h)`` over the ``q`` edges
 (no self-loops added), and ``out_i = sum_e alpha_e V_j (n, h, c)``. The backward pass
-(:mod:`corgnn.functional.transformer`) needs ``Q, K, V``, the attention and
-``D_i = <G_i, out_i>`` (the softmax backward's row sum); each scheme keeps a prefix
-of that chain and recomputes the rest, as FlashAttention keeps only ``out`` and the
-row's log-sum-exp:
+(:mod:`corgnn.functional.transformer`) needs ``Q, K, V`` and the attention (the
+softmax backward's row sums ``D_i = <G_i, out_i>`` it takes from each row's own
+entries, so no scheme keeps ``out``); each scheme keeps a prefix of that chain and
+recomputes the rest, as FlashAttention keeps only the row's log-sum-exp:
 
 ============  =====================================  ==========================  ======================
 scheme        kept beyond ``x`` and params            backward recomputes         extra memory (float32)
 ============  =====================================  ==========================  ======================
 none          --                                     ``Q, K, V`` (3 GEMMs),      0
-                                                     ``out``, ``lse`` (forward
-                                                     kernel)
-features      ``Q, K, V (n, h, c)``                  ``out``, ``lse`` (forward   ``12nhc``
-                                                     kernel)
-row_stats     ``Q, K, V``, ``out (n, h, c)``,        ``alpha`` from ``lse``      ``16nhc + 4nh``
-              ``lse (n, h)``                         (one dot per edge and head)
-edge_weights  ``Q, K, V``, ``out``, ``alpha (q, h)``  nothing                     ``16nhc + 4qh``
+                                                     ``lse`` (forward kernel)
+features      ``Q, K, V (n, h, c)``                  ``lse`` (forward kernel)    ``12nhc``
+row_stats     ``Q, K, V``, ``lse (n, h)``            ``alpha`` from ``lse``      ``12nhc + 4nh``
+                                                     (one dot per edge and head)
+edge_weights  ``Q, K, V``, ``alpha (q, h)``          nothing                     ``12nhc + 4qh``
 ============  =====================================  ==========================  ======================
 
 (float64 doubles the bytes; with ``f`` edge features per edge "row_stats" and
@@ -77,10 +75,8 @@ def transformer_saved_tensors(scheme: str, n: int, q: int, h: int, c: int, *, n_
     out: list[tuple[str, tuple[int, ...], int]] = []
     if scheme != "none":
         out += [("Q", (n, h, c), n * h * c * value_bytes), ("K", (n_src, h, c), n_src * h * c * value_bytes), ("V", (n_src, h, c), n_src * h * c * value_bytes)]
-    if scheme in ("row_stats", "edge_weights"):
-        out.append(("out", (n, h, c), n * h * c * value_bytes))
-        if edge_dim:
-            out.append(("Ae", (n, h, edge_dim), n * h * edge_dim * value_bytes))
+    if scheme in ("row_stats", "edge_weights") and edge_dim:
+        out.append(("Ae", (n, h, edge_dim), n * h * edge_dim * value_bytes))
     if scheme == "row_stats":
         out.append(("lse", (n, h), n * h * value_bytes))
     if scheme == "edge_weights":
@@ -89,8 +85,8 @@ def transformer_saved_tensors(scheme: str, n: int, q: int, h: int, c: int, *, n_
 
 
 def transformer_bytes_saved(scheme: str, n: int, q: int, h: int, c: int, m: int, *, n_src: int | None = None, edge_dim: int = 0, value_bytes: int = 4, include_input: bool = False) -> int:
-    """Bytes ``scheme`` keeps for the backward pass: ``0`` / ``12nhc`` / ``16nhc + 4nh``
-    / ``16nhc + 4qh`` for float32 (none / features / row_stats / edge_weights, one
+    """Bytes ``scheme`` keeps for the backward pass: ``0`` / ``12nhc`` / ``12nhc + 4nh``
+    / ``12nhc + 4qh`` for float32 (none / features / row_stats / edge_weights, one
     node set; with ``edge_dim`` f the last two add ``4nhf``), plus the input ``x (n, m)``
     with ``include_input``.
 
@@ -178,7 +174,7 @@ def plan_transformer(
     fits = [cc for cc in costs if memory_budget is None or cc.extra_bytes <= memory_budget]
     best = min(fits, key=lambda cc: (cc.time_s, cc.extra_bytes))
     if memory_budget is None:
-        reason = "fastest: keeps Q, K, V, out and alpha, no recomputation"
+        reason = "fastest: keeps Q, K, V and alpha, no recomputation"
     else:
         reason = f"fastest within the budget of {memory_budget} bytes (keeps {best.extra_bytes} extra bytes)"
     return TransformerPlan(best.scheme, costs, reason, *args, training=True, memory_budget=memory_budget)

@@ -1,7 +1,7 @@
 """Several projections of one input as one product (the attention layers' ``Q, K, V``
 and GATv2's two sides).
 
-``x W_1^T, ..., x W_s^T`` (+ biases) with the weights stacked ``(s * d, m)``: one GEMM
+``x W_1^T, ..., x W_s^T`` (+ biases) with the weights stacked ``(d_1 + ... + d_s, m)``: one GEMM
 reads ``x (n, m)`` once instead of ``s`` times (PubMed's ``x``, 19717 x 500 floats, is
 39 MB), and its backward is one GEMM for the stacked weight gradient ``dP^T x`` and
 one for ``dP W`` (``dP`` the stacked output gradients). Sparse features ``xs`` (a
@@ -37,38 +37,50 @@ vs 5.2); at 500 (89250 rows, 2 blocks) stacked wins, 81 vs 94 ms: ``x`` read onc
 
 
 def stacked_projections(
-    x: torch.Tensor | None, weights: tuple, biases: tuple, heads: int, xs: SparseFormat | None = None, heads_last: tuple[int, ...] = ()
+    x: torch.Tensor | None, weights: tuple, biases: tuple, heads: int, xs: SparseFormat | None = None, heads_last: tuple[int, ...] = (),
+    flat: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, ...]:
-    """``(x W_i^T + b_i).unflatten(1, (heads, -1))`` for every ``W_i (d, m)`` of
-    ``weights`` (all of one shape), biases ``(d,)`` each or all None; one GEMM (one
-    per weight below :data:`STACK_MIN_FEATURES` input columns), or one SpMM over the
-    sparse features ``xs (n, m)`` when given (``x`` unread).
+    """``(x W_i^T + b_i).unflatten(1, (heads, -1))`` for every ``W_i (d_i, m)`` of
+    ``weights`` (one ``m``; the widths ``d_i`` may differ), biases ``(d_i,)`` or None
+    (zeros in the product); one GEMM (one per weight below :data:`STACK_MIN_FEATURES`
+    input columns), or one SpMM over the sparse features ``xs (n, m)`` when given
+    (``x`` unread).
 
     The blocks ``i`` in ``heads_last`` come out stored heads-last: the
     ``(n, heads, d / heads)`` view (strides ``(d, 1, heads)``) of a contiguous
     ``(n, d / heads, heads)`` tensor, the layout the CPU attention kernels gather
     rows in (``numba_cpu._heads_last`` then copies nothing), by permuting those
-    weights' rows before the product. Values are the same either way."""
-    s, (d, m) = len(weights), weights[0].shape
+    weights' rows before the product. Values are the same either way. The blocks
+    ``i`` in ``flat`` come out ``(n, d_i)`` (e.g. a layer's root term)."""
+    widths = [W.size(0) for W in weights]
+    m = weights[0].size(1)
+    starts = [sum(widths[:i]) for i in range(len(widths) + 1)]
     lay = lambda t, i: t.unflatten(0, (heads, -1)).transpose(0, 1).flatten(0, 1) if i in heads_last else t  # noqa: E731
-    b = None if biases[0] is None else torch.cat([lay(bi, i) for i, bi in enumerate(biases)])
+    b = None
+    if any(bi is not None for bi in biases):
+        b = torch.cat([lay(bi, i) if bi is not None else weights[i].new_zeros(widths[i]) for i, bi in enumerate(biases)])
     # NOTE: W^T with every block's columns in place, written once: permuted copies,
     # their concatenation and the product's contiguous copy of its transpose were
     # 5.4 MB at CiteSeer's 3,703 features, the peak of a GATv2 step
-    wt = weights[0].new_empty(m, s * d)
+    wt = weights[0].new_empty(m, starts[-1])
+    cols = [slice(starts[i], starts[i + 1]) for i in range(len(widths))]
     for i, W in enumerate(weights):
-        block = wt[:, i * d:(i + 1) * d]
+        block = wt[:, cols[i]]
         if i in heads_last:  # (columns in (channel, head) order)
             block.view(m, -1, heads).copy_(W.unflatten(0, (heads, -1)).permute(2, 1, 0))
         else:
             block.copy_(W.t())
     if xs is None and x.size(1) < STACK_MIN_FEATURES:
-        blocks = [x @ wt[:, i * d:(i + 1) * d] if b is None else torch.addmm(b[i * d:(i + 1) * d], x, wt[:, i * d:(i + 1) * d]) for i in range(s)]
+        blocks = [x @ wt[:, c] if b is None else torch.addmm(b[c], x, wt[:, c]) for c in cols]
     else:
         out = spmm(xs, wt, bias=b) if xs is not None else torch.mm(x, wt) if b is None else torch.addmm(b, x, wt)
+        del wt, b, block  # (freed before the copies: they are the projection's peak of memory)
         # (each block made contiguous once here: the kernels would copy a strided block per call)
-        blocks = [p.contiguous() for p in out.chunk(s, dim=1)]
-    return tuple(p.unflatten(1, (-1, heads)).transpose(1, 2) if i in heads_last else p.unflatten(1, (heads, -1)) for i, p in enumerate(blocks))
+        blocks = [out[:, c].contiguous() for c in cols]
+    return tuple(
+        p if i in flat else p.unflatten(1, (-1, heads)).transpose(1, 2) if i in heads_last else p.unflatten(1, (heads, -1))
+        for i, p in enumerate(blocks)
+    )
 
 
 STACK_GRADS_MIN_BYTES = 8 << 20
@@ -85,35 +97,41 @@ transposed SpMM of PubMed's sparse features at 3 x 64 columns: 11.1 vs 8.1 ms)."
 
 def stacked_projection_grads(grads: list, x: torch.Tensor | None, weights: tuple, need_weights: bool, need_x: bool, need_biases: bool, xs: SparseFormat | None = None):
     """``(dWs, dbs, dx)`` of :func:`stacked_projections` for the output gradients in
-    ``grads`` (each ``(n, d)``), with ``x`` or the sparse features ``xs`` (for the
+    ``grads`` (each ``(n, d_i)``), with ``x`` or the sparse features ``xs`` (for the
     weight gradients; ``dx`` is never asked of constant sparse features): ``dWs`` and
     ``dbs`` tuples of ``W_i``'s and ``b_i``'s gradients, or None when not needed.
 
     With a large input (:data:`STACK_GRADS_MIN_BYTES`) the blocks are stacked into
     one ``dP`` for two products at most, and ``grads`` is emptied once they are: a
     caller that passes its only references frees them there. Else one product per
-    block, and no stacked copy."""
-    s = len(grads)
+    block, and no stacked copy; with weight gradients ``grads`` is emptied too, each
+    block as soon as its own weight gradient is computed."""
     size = x.numel() * x.element_size() if xs is None else xs.nnz * 12  # (sparse: ~a value and an index per entry)
     if size < STACK_GRADS_MIN_BYTES:
-        dws = dbs = dx = None
-        if need_weights:
-            dws = tuple(spmm(xs, d, transpose=True).t() if xs is not None else torch.mm(d.t(), x) for d in grads)
-        if need_biases:
-            dbs = tuple(d.sum(0) for d in grads)
+        dws = dx = None
+        dbs = tuple(d.sum(0) for d in grads) if need_biases else None
         if need_x:
             dx = torch.mm(grads[0], weights[0])
             for d, w in zip(grads[1:], weights[1:]):
                 dx.addmm_(d, w)
+        if need_weights:
+            # (each block dropped once its weight gradient exists: with the caller's
+            # references gone, one block at a time is freed at the step's peak)
+            dws = []
+            while grads:
+                d = grads.pop(0)
+                dws.append(spmm(xs, d, transpose=True).t() if xs is not None else torch.mm(d.t(), x))
+            dws = tuple(dws)
         return dws, dbs, dx
+    widths = [d.size(1) for d in grads]
     dP = torch.cat(grads, dim=1)
     grads.clear()
     dws = dbs = None
     if need_weights:
         # NOTE: dW = dP^T X = (X^T dP)^T: with sparse X a transposed SpMM over its non-zeros
         dW = spmm(xs, dP, transpose=True).t() if xs is not None else torch.mm(dP.t(), x)
-        dws = dW.chunk(s, dim=0)
+        dws = dW.split(widths, dim=0)
     if need_biases:
-        dbs = dP.sum(0).chunk(s)
+        dbs = dP.sum(0).split(widths)
     dx = torch.mm(dP, torch.cat(weights)) if need_x else None
     return dws, dbs, dx

@@ -60,13 +60,16 @@ def project_heads(x: torch.Tensor | None, weight: torch.Tensor, bias: torch.Tens
     return P.unflatten(1, (heads, -1))  # (not view(n, heads, -1): ambiguous when n = 0)
 
 
-def _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs):
+def _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs, ws=None, bs=None):
+    """``(Q, K, V)``, plus the root term ``x_src ws^T + bs (n, d)`` with ``ws`` (one
+    node set only: a fourth block of the one product)."""
     if x_dst is None:  # one node set: one product, X read once (:mod:`corgnn.functional.projection`)
         # NOTE: on CPU keys and values come out heads-last, as the Numba kernels gather
         # them: no transposed copies of K and V per forward and backward (4 per layer,
         # ~0.7 ms each at 20k x 8 x 8, 2 threads); Triton reads them heads-first.
         last = (1, 2) if wq.device.type == "cpu" else ()
-        return stacked_projections(x_src, (wq, wk, wv), (bq, bk, bv), heads, xs, heads_last=last)
+        weights, biases = ((wq, wk, wv), (bq, bk, bv)) if ws is None else ((wq, wk, wv, ws), (bq, bk, bv, bs))
+        return stacked_projections(x_src, weights, biases, heads, xs, heads_last=last, flat=(3,))
     # (two node sets: dense features, queries from x_dst)
     return project_heads(x_dst, wq, bq, heads), project_heads(x_src, wk, bk, heads), project_heads(x_src, wv, bv, heads)
 
@@ -100,7 +103,7 @@ class TransformerFunction(torch.autograd.Function):
     """The attention part of ``TransformerConv`` under one caching scheme
     (:mod:`corgnn.cost.transformer`).
 
-    ``apply(x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, A, heads, concat, p, cache, xs)``
+    ``apply(x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, A, heads, concat, p, cache, xs, ws, bs)``
     with ``x_src (n_src, m_src)`` (or None with sparse features ``xs``), ``x_dst
     (n_dst, m_dst)`` or None (one node set: queries from ``x_src``), weights
     ``(h*c, m)`` and biases ``(h*c,)`` or None as PyG's ``lin_query``/``lin_key``/
@@ -108,16 +111,23 @@ class TransformerFunction(torch.autograd.Function):
     ``lin_edge.weight`` ``we (h*c, f)`` (both or None), ``seed`` the ``(1,)`` int64 attention-dropout seed
     (:class:`~corgnn.sparse.rng.DropoutSpec`), ``A`` the ``(n_dst, n_src)`` pattern
     (rows = destinations), ``p`` the dropout probability, ``cache`` a scheme name.
-    Returns ``(n_dst, h*c)`` if ``concat`` else ``(n_dst, c)``.
+    Returns ``(n_dst, h*c)`` if ``concat`` else ``(n_dst, c)``; with the root term's
+    ``ws (d, m_src)`` and ``bs (d,)`` or None (PyG's ``lin_skip``, one node set only)
+    also ``x_r = x_src ws^T + bs (n, d)``, a fourth block of the ``Q, K, V`` product.
 
     Saved for backward, by ``cache`` (beyond the parameters, which cost nothing):
 
     * ``"none"``: only the inputs; backward recomputes ``Q, K, V`` (GEMMs) and runs
-      the forward kernel again for ``out`` and the row log-sum-exp ``lse``.
+      the forward kernel again for the row log-sum-exp ``lse``.
     * ``"features"``: ``Q, K, V``; backward reruns the forward kernel.
-    * ``"row_stats"``: ``Q, K, V``, ``out (n, h, c)`` and ``lse (n, h)`` (FlashAttention's
-      statistics); backward recomputes ``alpha_e = exp(s_e - lse_i)`` per edge.
-    * ``"edge_weights"``: ``Q, K, V``, ``out`` and ``alpha (q, h)`` (before dropout).
+    * ``"row_stats"``: ``Q, K, V`` and ``lse (n, h)`` (FlashAttention's statistic);
+      backward recomputes ``alpha_e = exp(s_e - lse_i)`` per edge.
+    * ``"edge_weights"``: ``Q, K, V`` and ``alpha (q, h)`` (before dropout).
+
+    No scheme keeps ``out (n, h, c)``: the softmax backward's row sums
+    ``D_i = <G_i, out_i> = sum_e alpha_e dalpha_e`` come from each row's own entries in
+    the backward kernel, which has them at hand (issue 25: ``out`` was one
+    ``(n, h*c)`` tensor per layer at a step's peak of memory).
 
     With edge features "row_stats" and "edge_weights" also keep
     ``Ae = sum_e drop_e alpha_e attr_e (n, h, f)`` (for ``dW_e``), and every scheme the
@@ -130,13 +140,16 @@ class TransformerFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, A: SparseFormat, heads: int, concat: bool, p: float, cache: str, xs: SparseFormat | None = None):
+    def forward(
+        ctx, x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, A: SparseFormat, heads: int, concat: bool, p: float, cache: str,
+        xs: SparseFormat | None = None, ws: torch.Tensor | None = None, bs: torch.Tensor | None = None,
+    ):
         drop = DropoutSpec(p, seed)
-        Q, K, V = _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs)
+        Q, K, V, *root = _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs, ws, bs)
         scale = 1.0 / math.sqrt(Q.size(2))
         out3, lse, alpha, Ae = _attend(A, Q, K, V, _edge_weight(we, heads), attr, scale, drop, want_alpha=cache == "edge_weights")
         need = ctx.needs_input_grad
-        need_w = need[2] or need[4] or need[6]
+        need_w = need[2] or need[4] or need[6] or need[17]
         ctx.A, ctx.heads, ctx.concat, ctx.p, ctx.cache, ctx.scale = A, heads, concat, p, cache, scale
         ctx.one_set = x_dst is None
         ctx.xs = xs if (need_w or cache == "none") else None
@@ -144,52 +157,54 @@ class TransformerFunction(torch.autograd.Function):
         keep_src = x_src if keep_x and xs is None else None
         keep_dst = x_dst if (need[2] or cache == "none") else None
         keep_qkv = (None, None, None) if cache == "none" else (Q, K, V)
-        keep_out = out3 if cache in ("row_stats", "edge_weights") else None
         keep_lse = lse if cache == "row_stats" else None
-        keep_ae = Ae if keep_out is not None else None
-        ctx.save_for_backward(keep_src, keep_dst, wq, bq, wk, bk, wv, bv, attr, we, *keep_qkv, keep_out, keep_lse, alpha, keep_ae, seed)
-        return _combine(out3, concat)
+        keep_ae = Ae if cache in ("row_stats", "edge_weights") else None
+        ctx.save_for_backward(keep_src, keep_dst, wq, bq, wk, bk, wv, bv, attr, we, *keep_qkv, keep_lse, alpha, keep_ae, seed, ws)
+        return (_combine(out3, concat), root[0]) if root else _combine(out3, concat)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, Q, K, V, out3, lse, alpha, Ae, seed = ctx.saved_tensors
+    def backward(ctx, grad_out, grad_root=None):
+        x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, Q, K, V, lse, alpha, Ae, seed, ws = ctx.saved_tensors
         need = ctx.needs_input_grad
         heads, drop, xs = ctx.heads, DropoutSpec(ctx.p, seed), ctx.xs
         We3 = _edge_weight(we, heads)
-        grads = [None] * 17
-        if not any(need[:10]):
+        grads = [None] * 19
+        if not (any(need[:10]) or any(need[17:])):
             return tuple(grads)
         n = grad_out.size(0)
         if ctx.concat:
             G = grad_out.unflatten(1, (heads, -1))
         else:
-            # NOTE: out = mean_h out3, so dL/dout3[:, h] = G / heads for every head.
-            G = (grad_out / heads).unsqueeze(1).expand(n, heads, grad_out.size(1))
+            # NOTE: out = mean_h out3, so dL/dout3[:, h] = G / heads for every head:
+            # (n, 1, c), read by the kernels for every head (no (n, h, c) copy)
+            G = (grad_out / heads).unsqueeze(1)
         if Q is None:  # "none": recompute Q, K, V
             Q, K, V = _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs)
-        if out3 is None:  # "none" / "features": the forward kernel again, for out and lse
-            out3, lse, _, Ae = _attend(ctx.A, Q, K, V, We3, attr, ctx.scale, drop)
-        # NOTE: D_i = sum_row alpha dalpha = <G_i, out_i> (out keeps the dropout), a dense
-        # per-node product instead of a second walk over each row's entries.
-        D = (G * out3).sum(-1)
+        if ctx.cache in ("none", "features"):  # the forward kernel again, for lse (and Ae)
+            _, lse, _, Ae = _attend(ctx.A, Q, K, V, We3, attr, ctx.scale, drop)
         Qe = Ge = None
         if We3 is not None:
-            Qe, Ge = torch.einsum("nhc,hcf->nhf", Q, We3), torch.einsum("nhc,hcf->nhf", G, We3)
-        dQ, dK, dV, dQe, dattr = dot_attention_backward(ctx.A, G, Q, K, V, D, ctx.scale, drop, alpha=alpha, lse=lse, Qe=Qe, Ge=Ge, attr=attr)
+            Qe, Ge = torch.einsum("nhc,hcf->nhf", Q, We3), torch.einsum("nhc,hcf->nhf", G.expand(n, heads, -1), We3)
+        dQ, dK, dV, dQe, dattr = dot_attention_backward(ctx.A, G, Q, K, V, ctx.scale, drop, alpha=alpha, lse=lse, Qe=Qe, Ge=Ge, attr=attr)
         if We3 is not None:
             dQ = dQ + ctx.scale * torch.einsum("nhf,hcf->nhc", dQe, We3)
             if need[9]:
-                gwe = ctx.scale * torch.einsum("nhc,nhf->hcf", Q, dQe) + torch.einsum("nhc,nhf->hcf", G, Ae)
+                gwe = ctx.scale * torch.einsum("nhc,nhf->hcf", Q, dQe) + torch.einsum("nhc,nhf->hcf", G.expand(n, heads, -1), Ae)
                 grads[9] = gwe.flatten(0, 1)
             if need[8]:
                 grads[8] = dattr
         dQ, dK, dV = dQ.flatten(1), dK.flatten(1), dV.flatten(1)
         if ctx.one_set:
-            blocks = [dQ, dK, dV]  # (the only references once these go: freed when stacked)
-            del dQ, dK, dV, Q, K, V, out3, D, G, Qe, Ge
-            dws, dbs, grads[0] = stacked_projection_grads(blocks, x_src, (wq, wk, wv), need[2] or need[4] or need[6], need[0], need[3] or need[5] or need[7], xs)
-            for i, slot in enumerate((2, 4, 6)):
+            # (the root term's gradient is one more block of the stacked product's)
+            blocks, weights, slots = [dQ, dK, dV], (wq, wk, wv), (2, 4, 6)
+            if ws is not None:
+                blocks, weights, slots = blocks + [grad_root.contiguous()], weights + (ws,), slots + (17,)
+            del dQ, dK, dV, Q, K, V, G, Qe, Ge, grad_root  # (the only references once these go: freed when stacked)
+            dws, dbs, grads[0] = stacked_projection_grads(
+                blocks, x_src, weights, any(need[s] for s in slots), need[0], any(need[s + 1] for s in slots), xs,
+            )
+            for i, slot in enumerate(slots):
                 grads[slot] = dws[i] if need[slot] else None
                 grads[slot + 1] = dbs[i] if need[slot + 1] else None
             return tuple(grads)
@@ -225,16 +240,23 @@ def transformer_conv(
     xs: SparseFormat | None = None,
     edge_attr: torch.Tensor | None = None,
     edge_weight: torch.Tensor | None = None,
-) -> torch.Tensor:
+    root_weight: torch.Tensor | None = None,
+    root_bias: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Functional attention part of ``TransformerConv`` (no validation:
     :class:`corgnn.nn.TransformerConv` validates), fused (:class:`TransformerFunction`).
 
     Shapes: ``x_src (n_src, m_src)`` (or None with sparse features ``xs (n_src, m_src)``),
     ``x_dst (n_dst, m_dst)`` or None (one node set), ``wq (h*c, m_dst)``,
     ``wk``/``wv (h*c, m_src)``, biases ``(h*c,)`` or None, ``A (n_dst, n_src)`` ->
-    ``(n_dst, h*c)`` if ``concat`` else ``(n_dst, c)``. The root (skip) path is not
-    part of it. Edge features (PyG's ``edge_dim``): ``edge_attr (q, f)`` in ``A``'s
-    entry order and ``edge_weight`` PyG's ``lin_edge.weight (h*c, f)``, both or neither.
+    ``(n_dst, h*c)`` if ``concat`` else ``(n_dst, c)``. Edge features (PyG's
+    ``edge_dim``): ``edge_attr (q, f)`` in ``A``'s entry order and ``edge_weight``
+    PyG's ``lin_edge.weight (h*c, f)``, both or neither.
+
+    The root (skip) term, one node set only: with ``root_weight (d, m_src)`` (PyG's
+    ``lin_skip.weight``) and ``root_bias (d,)`` or None, returns ``(out, x_r)`` with
+    ``x_r = x_src root_weight^T + root_bias (n, d)`` computed as one more block of the
+    ``Q, K, V`` product (``x`` read once, forward and backward; one input gradient).
 
     ``dropout`` applies to the attention coefficients when ``training`` (a float
     draws a fresh seed from torch's generator; a :class:`DropoutSpec` fixes it).
@@ -246,13 +268,15 @@ def transformer_conv(
         drop = dropout if training else DropoutSpec(0.0, device=wq.device)
     else:
         drop = DropoutSpec(dropout if training else 0.0, device=wq.device)
+    if root_weight is not None and x_dst is not None:
+        raise ValueError("root_weight: the fused root term needs one node set (x_dst None)")
     tensors = (x_src, x_dst, wq, bq, wk, bk, wv, bv, edge_attr, edge_weight)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return TransformerFunction.apply(*tensors, drop.seed, A, heads, concat, drop.p, cache, xs)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors + (root_weight, root_bias)):
+        return TransformerFunction.apply(*tensors, drop.seed, A, heads, concat, drop.p, cache, xs, root_weight, root_bias)
     with torch.no_grad():
-        Q, K, V = _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs)
+        Q, K, V, *root = _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs, root_weight, root_bias)
         out3 = _attend(A, Q, K, V, _edge_weight(edge_weight, heads), edge_attr, 1.0 / math.sqrt(Q.size(2)), drop)[0]
-        return _combine(out3, concat)
+        return (_combine(out3, concat), root[0]) if root else _combine(out3, concat)
 
 
 def dot_attention(

@@ -265,12 +265,18 @@ class TransformerConv(CorgnnConv):
             m = wk.size(1)
             plan = self.plan(A.shape[0], A.nnz, m, training, wq.element_size())
             self.last_plan, self.last_cache = plan, plan.scheme
+            # (one node set: the root term is one more block of the Q, K, V product)
+            fuse_root = self.root_weight and x_dst is None
             out = transformer_conv(
                 x_src, x_dst, wq, bq, wk, bk, wv, bv, A, H, concat=self.concat,
                 dropout=self.dropout, training=self.training, cache=plan.scheme, xs=xs, edge_attr=attr, edge_weight=we,
+                root_weight=self.lin_skip.weight if fuse_root else None, root_bias=self.lin_skip.bias if fuse_root else None,
             )
+            if fuse_root:
+                out, x_r = out
         if self.root_weight:
-            x_r = spmm(xs, self.lin_skip.weight.t(), bias=self.lin_skip.bias) if x_root is None else self.lin_skip(x_root)
+            if want_alpha or x_dst is not None:
+                x_r = spmm(xs, self.lin_skip.weight.t(), bias=self.lin_skip.bias) if x_root is None else self.lin_skip(x_root)
             if self.lin_beta is not None:
                 beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
                 out = beta * x_r + (1 - beta) * out

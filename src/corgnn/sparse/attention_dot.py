@@ -88,7 +88,6 @@ def dot_attention_backward(
     Q: torch.Tensor,
     K: torch.Tensor,
     V: torch.Tensor,
-    D: torch.Tensor,
     scale: float,
     drop: DropoutSpec = NO_DROPOUT,
     *,
@@ -103,15 +102,16 @@ def dot_attention_backward(
     Per entry ``e = (i, j)`` and head (``drop_e`` the dropout factor, 0 or ``1/(1-p)``):
 
     * ``dalpha_e = drop_e <G_i, V_j>`` (SDDMM)
-    * ``de_e = alpha_e (dalpha_e - D_i)`` with ``D_i = sum_row alpha dalpha = <G_i, out_i>``
-      (given: the caller keeps or recomputes ``out``, so no second pass over the row)
+    * ``de_e = alpha_e (dalpha_e - D_i)`` with ``D_i = sum_row alpha dalpha = <G_i, out_i>``,
+      summed over the row's own entries (so the caller keeps no ``out``)
     * ``dQ_i = scale * sum_e de_e K_j`` (the row walk)
     * ``dK_j = scale * sum_e de_e Q_i`` and ``dV_j = sum_e drop_e alpha_e G_i`` (the
       transposed walk of ``A``)
 
     Args:
-        A: the forward's pattern. G: ``(n_dst, h, c)``. Q, K, V: as the forward.
-        D: ``(n_dst, h)``, ``<G_i, out_i>`` per row and head.
+        A: the forward's pattern. G: ``(n_dst, h, c)``, or ``(n_dst, 1, c)``: one
+            gradient for every head (a head-mean output's, never expanded to ``h``
+            copies). Q, K, V: as the forward.
         alpha: ``(q, h)`` the forward's attention before dropout (cached), or None
             and ``lse (n_dst, h)`` to recompute it from.
         Qe, Ge, attr: edge features (all or none): ``attr (q, f)``, ``Qe`` as the
@@ -130,10 +130,11 @@ def dot_attention_backward(
     """
     if alpha is None and lse is None:
         raise ValueError("dot_attention_backward needs the cached alpha, or lse to recompute it")
-    check_head_operands(A, {"Q": Q, "G": G}, {"K": K, "V": V})
+    one_head = G.dim() == 3 and G.size(1) == 1 and Q.dim() == 3  # (checked as its h-head view)
+    check_head_operands(A, {"Q": Q, "G": G.expand(-1, Q.size(1), -1) if one_head else G}, {"K": K, "V": V})
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     dQ, dK, dV, dQe, dattr = L.transformer_attention_backward(
         *A.row_plan(False), *A.row_plan(True), G.contiguous(), Q.contiguous(), K, V,
-        D.contiguous(), c(Qe), c(Ge), c(attr), c(alpha), None if alpha is not None else c(lse), float(scale), drop.p, drop.seed,
+        c(Qe), c(Ge), c(attr), c(alpha), None if alpha is not None else c(lse), float(scale), drop.p, drop.seed,
     )
     return (dQ, dK, dV) + ((dQe, dattr) if attr is not None else (None, None))

@@ -289,18 +289,18 @@ def _(ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, want_alpha):
 @_op(7, semi_batched=True)
 def transformer_attention_backward(
     ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
-    G: Tensor, Q: Tensor, K: Tensor, V: Tensor, D: Tensor, Qe: Tensor | None, Ge: Tensor | None, attr: Tensor | None,
+    G: Tensor, Q: Tensor, K: Tensor, V: Tensor, Qe: Tensor | None, Ge: Tensor | None, attr: Tensor | None,
     alpha: Tensor | None, lse: Tensor | None, scale: float, p: float, seed: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Backward of ``transformer_attention``: ``(dQ, dK, dV, dQe, dattr)`` from
-    ``G = dL/dout`` and ``D = <G, out>`` per row and head, the attention read from
-    ``alpha`` or recomputed from ``lse``; with edge features (``Ge (n_dst, H, F)``, ``G``
+    ``G = dL/dout``, the attention read from ``alpha`` or recomputed from ``lse`` (the
+    softmax backward's row sums ``D = <G, out>`` from each row's entries: no ``out``); with edge features (``Ge (n_dst, H, F)``, ``G``
     projected on them) ``dQe = sum_e de_e attr_e (n_dst, H, F)`` and
     ``dattr_e = sum_h (scale de_e Qe_i + drop(alpha_e) Ge_i) (q, F)`` (else empty)."""
 
 
 @_fake_of(transformer_attention_backward)
-def _(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, p, seed):
+def _(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
     H = Q.shape[1]
     dQe = Q.new_empty((0, H, 0) if attr is None else (Q.shape[0], H, attr.shape[1]))
     dattr = Q.new_empty((0, 0) if attr is None else tuple(attr.shape))

@@ -30,7 +30,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .numba_gat_kernels import dropped_weights, keep_edge
+from .numba_gat_kernels import dropped_weights
 from .numba_kernels import chunk_degree, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
 
 __all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
@@ -147,23 +147,27 @@ def dot_attention_forward_rows(dist):
 @gather_kernel(operand=6)
 def dot_attention_backward_rows(dist):
     @njit(**_JIT)
-    def dot_attention_backward_rows(ptr, idx, perm, chunks, G, Q, Kt, Vt, D, Qe, Ge, attr, alpha, lse, scale, thresh, dscale, seed_lo, seed_hi, ea, dQ, dQe, dattr):
+    def dot_attention_backward_rows(ptr, idx, perm, chunks, G, Q, Kt, Vt, Qe, Ge, attr, alpha, lse, scale, thresh, dscale, seed_lo, seed_hi, ea, dQ, dQe, dattr):
         """Backward over destination rows: SDDMM, dropout and softmax backward, ``dQ``.
 
-        Per row ``i``, head ``h``, entry ``e`` (``D[i, h] = <G[i, h], out[i, h]>``
-        is the softmax backward's row sum ``sum_e alpha_e dalpha_e``, given):
-        ``alpha_e`` read from ``alpha`` or recomputed as ``exp(s_e - lse[i, h])``;
-        ``dalpha_e = drop_e <G[i, h], V[c_e, h]>``; ``de_e = alpha_e (dalpha_e - D[i, h])``
-        (the score's gradient); ``dQ[i, h] = scale * sum_e de_e K[c_e, h]``. Two
-        passes over the row (dots, then ``de`` and ``dQ``), the entries' values held
-        in ``(degree, H)`` buffers per task, every per-entry loop over heads in one
-        vector as :func:`dot_attention_forward_rows`.
+        Per row ``i``, head ``h``, entry ``e``: ``alpha_e`` read from ``alpha`` or
+        recomputed as ``exp(s_e - lse[i, h])``; ``dalpha_e = drop_e <G[i, h], V[c_e, h]>``;
+        the softmax backward's row sum ``D = sum_e alpha_e dalpha_e`` (``= <G[i, h],
+        out[i, h]>``, from the row's own entries: the caller keeps no ``out``);
+        ``de_e = alpha_e (dalpha_e - D)`` (the score's gradient);
+        ``dQ[i, h] = scale * sum_e de_e K[c_e, h]``. Two gathering passes over the
+        row (dots, then ``dQ``), the entries' values held in ``(degree, H)`` buffers
+        per task in between, every per-entry loop over heads in one vector as
+        :func:`dot_attention_forward_rows`.
 
-        Inputs: G (n, H, C); Q (n, H, C); ``Kt, Vt (n_src, C, H)`` (heads last); D
-        (n, H); either ``alpha`` (q, H) cached or empty and ``lse`` (n, H). Outputs:
+        Inputs: G (n, H, C), or (n, 1, C) for the same gradient in every head; Q (n, H, C);
+        ``Kt, Vt (n_src, C, H)`` (heads last); either ``alpha`` (q, H) cached or empty and
+        ``lse`` (n, H). Outputs:
         ``ea`` (q, 2, H) with ``ea[e, 0] = de_e`` and ``ea[e, 1] = drop_e * alpha_e``
         (the dropped attention), one cache line per entry at 8 float32 heads, for the
-        transposed walk (:func:`dot_attention_backward_cols`); ``dQ`` (n, H, C); all
+        transposed walk (:func:`dot_attention_backward_cols`), or ``ea`` (q, 1, H),
+        ``de`` only, when that attention is the cached ``alpha`` (no dropout: issue 25,
+        a ``(q, H)`` copy less at the step's peak of memory); ``dQ`` (n, H, C); all
         overwritten.
 
         Edge features (``dQe`` non-empty): ``Qe, Ge (n, H, F)`` (queries and ``G``
@@ -179,15 +183,18 @@ def dot_attention_backward_rows(dist):
         has_perm = perm.shape[0] > 0
         cached = alpha.shape[0] > 0
         drop = thresh > 0
+        two = ea.shape[1] == 2
         zero = scale * 0
         one = zero + np.float32(1.0)
         for t in prange(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = empty_array((deg, H), Q)  # alpha
-            Gd = empty_array((deg, H), Q)  # <G_i, V_c>, then de * scale
+            Gd = empty_array((deg, H), Q)  # <G_i, V_c>, then dalpha, then de * scale
+            W = empty_array((deg if drop else 0, H), Q)  # the dropped attention
             T = empty_array((deg, H), np.float32)
             tot = empty_array(H, Q)
             shift = empty_array(H, Q)
+            D = empty_array(H, Q)
             Qt = empty_array((C, H), Q)
             Gt = empty_array((G.shape[2], H), Q)  # (values' width)
             acc = empty_array((C, H), Q)
@@ -199,7 +206,12 @@ def dot_attention_backward_rows(dist):
                     for h in range(H):
                         for f in range(F):
                             dQe[i, h, f] = 0
-                transpose_row(G, i, one, Gt)
+                if G.shape[1] == H:
+                    transpose_row(G, i, one, Gt)
+                else:  # (one gradient for every head)
+                    for k in range(G.shape[2]):
+                        for h in range(H):
+                            Gt[k, h] = G[i, 0, k]
                 if not cached:
                     transpose_row(Q, i, scale, Qt)
                     for h in range(H):
@@ -226,6 +238,14 @@ def dot_attention_backward_rows(dist):
                                 P[j, h] += s * scale
                 if not cached:
                     exp_shifted(P, T, m, shift, tot)
+                if drop:  # dalpha and the dropped attention
+                    dropped_weights(Gd, Gd, m, perm, lo, seed_lo, seed_hi, thresh, dscale)
+                    dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, dscale)
+                for h in range(H):
+                    D[h] = zero
+                for j in range(m):
+                    for h in range(H):
+                        D[h] += P[j, h] * Gd[j, h]
                 for j in range(m):
                     e = perm[lo + j] if has_perm else lo + j
                     if has_edge:
@@ -233,15 +253,11 @@ def dot_attention_backward_rows(dist):
                             dattr[e, f] = 0
                     for h in range(H):
                         a = P[j, h]
-                        g = Gd[j, h]
-                        ad = a
-                        if drop:
-                            fd = dscale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero
-                            g *= fd
-                            ad = a * fd
-                        v = a * (g - D[i, h])
+                        ad = W[j, h] if drop else a
+                        v = a * (Gd[j, h] - D[h])
                         ea[e, 0, h] = v
-                        ea[e, 1, h] = ad
+                        if two:
+                            ea[e, 1, h] = ad
                         if has_edge:
                             vs = v * scale
                             for f in range(F):
@@ -260,7 +276,7 @@ def dot_attention_backward_rows(dist):
 @gather_kernel(operand=4)
 def dot_attention_backward_cols(dist):
     @njit(**_JIT)
-    def dot_attention_backward_cols(ptr, idx, perm, chunks, G, Q, ea, scale, dK, dV):
+    def dot_attention_backward_cols(ptr, idx, perm, chunks, G, Q, ea, alpha, scale, dK, dV):
         """Backward over source nodes (the transposed walk): ``dK`` and ``dV``.
 
         For source ``c`` (entries ``e`` with destination ``i_e``):
@@ -269,9 +285,10 @@ def dot_attention_backward_cols(dist):
 
         ptr (n_src+1,), idx (q,) destination of each walked entry, perm (q,) the entry
         of each walked position or empty (identity); chunks (T+1,) column bounds of
-        the parallel tasks; G, Q (n, H, C); ``ea`` (q, 2, H) the ``(de, alpha_d)`` of
-        :func:`dot_attention_backward_rows` in entry order; dK, dV (n_src, H, C)
-        overwritten.
+        the parallel tasks; G (n, H, C) or (n, 1, C) (one for every head), Q (n, H, C); ``ea`` (q, 2, H) the ``(de, alpha_d)`` of
+        :func:`dot_attention_backward_rows` in entry order, or ``ea (q, 1, H)`` (``de``)
+        and the dropped attention read from ``alpha (q, H)`` (the cached one, no
+        dropout; empty otherwise); dK, dV (n_src, H, C) overwritten.
 
         Per column, the entries' ``ea`` rows are first gathered through ``perm`` into
         a ``(degree, 2, H)`` buffer in a tight loop (many cache misses in flight),
@@ -283,10 +300,12 @@ def dot_attention_backward_cols(dist):
         first (``index_select``) cost ~3.5 ms a layer at 2 threads there, and that
         copy's memory.
         """
-        H = G.shape[1]
+        H = Q.shape[1]
         C = Q.shape[2]
         Cv = G.shape[2]  # (values' width)
+        hstep = 1 if G.shape[1] == H else 0  # (G's head of head h: h, or 0 for all)
         has_perm = perm.shape[0] > 0
+        two = ea.shape[1] == 2
         for t in prange(chunks.shape[0] - 1):
             Ev = empty_array((chunk_degree(ptr, chunks, t), 2, H), ea)
             for c in range(chunks[t], chunks[t + 1]):
@@ -299,11 +318,20 @@ def dot_attention_backward_cols(dist):
                         dV[c, h, k] = 0
                 if has_perm:  # (the entries ``dist`` ahead, across columns: the reads below are at random)
                     prefetch_gather(ea, perm, lo, lo + m, dist)
-                for j in range(m):
-                    e = perm[lo + j] if has_perm else lo + j
-                    for h in range(H):
-                        Ev[j, 0, h] = ea[e, 0, h] * scale
-                        Ev[j, 1, h] = ea[e, 1, h]
+                    if not two:
+                        prefetch_gather(alpha, perm, lo, lo + m, dist)
+                if two:
+                    for j in range(m):
+                        e = perm[lo + j] if has_perm else lo + j
+                        for h in range(H):
+                            Ev[j, 0, h] = ea[e, 0, h] * scale
+                            Ev[j, 1, h] = ea[e, 1, h]
+                else:
+                    for j in range(m):
+                        e = perm[lo + j] if has_perm else lo + j
+                        for h in range(H):
+                            Ev[j, 0, h] = ea[e, 0, h] * scale
+                            Ev[j, 1, h] = alpha[e, h]
                 prefetch_gather(G, idx, lo, lo + m, dist)
                 prefetch_gather(Q, idx, lo, lo + m, dist)
                 for j in range(m):
@@ -313,6 +341,7 @@ def dot_attention_backward_cols(dist):
                         ad = Ev[j, 1, h]
                         for k in range(C):
                             dK[c, h, k] += v * Q[i, h, k]
+                        hg = h * hstep
                         for k in range(Cv):
-                            dV[c, h, k] += ad * G[i, h, k]
+                            dV[c, h, k] += ad * G[i, hg, k]
     return dot_attention_backward_cols

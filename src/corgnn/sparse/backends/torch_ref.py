@@ -264,10 +264,11 @@ class TorchBackend(Backend):
         alpha = _pad_entries(alpha, idx.numel()) if want_alpha else alpha.new_empty(0, H)
         return out.to(dt), lse.to(dt), alpha.to(dt), Ae.to(dt)
 
-    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, p, seed):
+    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
         dt = Q.dtype
-        G, Q, K, V, D, Qe, Ge, attr, alpha, lse = _f32(G, Q, K, V, D, Qe, Ge, attr, alpha, lse)
+        G, Q, K, V, Qe, Ge, attr, alpha, lse = _f32(G, Q, K, V, Qe, Ge, attr, alpha, lse)
         n, H = Q.shape[:2]
+        G = G.expand(n, H, G.shape[2])  # ((n, 1, c): one gradient for every head)
         dst, src = _endpoints(ptr, idx, perm)
         q = dst.numel()
         if alpha is not None:
@@ -285,6 +286,8 @@ class TorchBackend(Backend):
             keep = dropout_keep_mask(q, H, p, seed, Q.device).to(alpha.dtype) * (1.0 / (1.0 - p))
             dalpha = dalpha * keep
             ad = alpha * keep
+        # (the softmax backward's row sum D_i = sum_e alpha_e dalpha_e = <G_i, out_i>)
+        D = torch.zeros(n, H, dtype=alpha.dtype, device=alpha.device).index_add_(0, dst, alpha * dalpha)
         de = alpha * (dalpha - D.index_select(0, dst))
         dQ = _spmm(dst, src, de * scale, K, n)
         dK = _spmm(src, dst, de * scale, Q, K.shape[0])  # transposed products

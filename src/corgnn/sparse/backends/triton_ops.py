@@ -352,7 +352,7 @@ def transformer_attention(ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, wan
 
 
 @_register("transformer_attention_backward")
-def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, scale, p, seed):
+def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
     n, H, C = Q.shape
     q = idx.shape[0]
     cached = alpha is not None
@@ -375,8 +375,8 @@ def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V
     has_edge = attr is not None
     if n:
         wrap_triton(TK.dot_attention_backward_rows_kernel)[(n, H)](
-            ptr, idx, idx if perm is None else perm, G, Q, K, V, D.contiguous(), Qe_, Ge_, attr_, alpha if cached else any_,
-            lse if lse is not None else any_, de, any_, dQ, dQe if has_edge else de, H, C, F, consts, halves, thresh,
+            ptr, idx, idx if perm is None else perm, G, Q, K, V, Qe_, Ge_, attr_, alpha if cached else any_,
+            lse if lse is not None else any_, de, any_, dQ, dQe if has_edge else de, H, G.shape[1], C, F, consts, halves, thresh,
             HAS_PERM=perm is not None, CACHED=cached, DROP=p > 0, WRITE_AD=write_ad, HAS_EDGE=has_edge, ACC64=_acc64(Q),
             BLOCK_E=BLOCK_E, BLOCK_C=BC, BLOCK_F=BF,
         )
@@ -387,7 +387,7 @@ def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V
             )
     if K.shape[0]:
         wrap_triton(TK.dot_attention_backward_cols_kernel)[(K.shape[0], H)](
-            tptr, tidx, tidx if tperm is None else tperm, G, Q, any_, de, dK, dV, H, C, consts,
+            tptr, tidx, tidx if tperm is None else tperm, G, Q, any_, de, dK, dV, H, G.shape[1], C, consts,
             HAS_PERM=tperm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=BC,
         )
     return dQ, dK, dV, dQe, dattr

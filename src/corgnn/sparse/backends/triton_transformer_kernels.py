@@ -117,18 +117,54 @@ def dot_attention_forward_kernel(
 
 
 @triton.jit
+def _attention_and_dalpha(
+    idx, perm, K, V, attr, alpha, lse, q, g_i, qe, ge, i, h, H, C, F, cs, cmask, fs, fmask, start, hi, scale, dscale,
+    seed_lo, seed_hi, thresh, dt: tl.constexpr, HAS_PERM: tl.constexpr, CACHED: tl.constexpr, DROP: tl.constexpr,
+    HAS_EDGE: tl.constexpr, BLOCK_E: tl.constexpr,
+):
+    """One block of a row's entries in the backward: ``(e, emask, c, k, ea, a, g, ad)``
+    with ``a`` the attention (read, or ``exp(s - lse)``), ``g = drop <G_i, V_c>`` (+ the
+    edge term) its gradient ``dalpha`` and ``ad = drop a``; ``k`` the keys' rows and
+    ``ea`` the edge features (``k`` when there are none)."""
+    w, emask, c, e = _entries(idx, perm, start, hi, HAS_PERM, BLOCK_E)
+    k = _rows(K, c, h, H, C, cs, emask, cmask, dt)
+    ea = k
+    if HAS_EDGE:
+        ea = _edge_rows(attr, e, F, fs, emask, fmask, dt)
+    if CACHED:
+        a = tl.load(alpha + e * H + h, mask=emask, other=0.0).to(dt)
+    else:
+        s = tl.sum(k * q[None, :], axis=1)
+        if HAS_EDGE:
+            s += tl.sum(ea * qe[None, :], axis=1)
+        a = tl.where(emask, tl.exp(s * scale - tl.load(lse + i * H + h).to(dt)), 0.0)
+    v = _rows(V, c, h, H, C, cs, emask, cmask, dt)
+    g = tl.sum(v * g_i[None, :], axis=1)
+    if HAS_EDGE:
+        g += tl.sum(ea * ge[None, :], axis=1)
+    ad = a
+    if DROP:
+        f = tl.where(keep_edge(e * H + h, seed_lo, seed_hi, thresh), dscale, 0.0)
+        g = g * f
+        ad = a * f
+    return e, emask, c, k, ea, a, g, ad
+
+
+@triton.jit
 def dot_attention_backward_rows_kernel(
-    ptr, idx, perm, G, Q, K, V, D, Qe, Ge, attr, alpha, lse, de, alpha_d, dQ, dQe, H, C, F, consts, seed, thresh,
+    ptr, idx, perm, G, Q, K, V, Qe, Ge, attr, alpha, lse, de, alpha_d, dQ, dQe, H, GH, C, F, consts, seed, thresh,
     HAS_PERM: tl.constexpr, CACHED: tl.constexpr, DROP: tl.constexpr, WRITE_AD: tl.constexpr, HAS_EDGE: tl.constexpr,
     ACC64: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_F: tl.constexpr,
 ):
     """Backward over destination row ``program_id(0)``, head ``program_id(1)`` (numba
     twin: ``dot_attention_backward_rows``): ``alpha`` read (``CACHED``) or
-    ``exp(s - lse)``; ``dalpha = drop <G_i, V_c>`` (SDDMM); ``de = alpha (dalpha - D_i)``
-    into ``de (q, H)``; ``alpha_d = drop alpha`` when ``WRITE_AD``;
-    ``dQ[i, h] = scale * sum de K_c``; ``HAS_EDGE``: the score and ``dalpha`` gain the
-    edge terms ``<Qe[i, h], attr_e>``, ``<Ge[i, h], attr_e>`` and
-    ``dQe[i, h] = sum de attr_e`` (``dattr``: :func:`dot_attention_edge_grad_kernel`)."""
+    ``exp(s - lse)``; ``dalpha = drop <G_i, V_c>`` (SDDMM); a first walk of the row
+    sums ``D_i = sum alpha dalpha`` (``= <G_i, out_i>``), the second writes
+    ``de = alpha (dalpha - D_i)`` into ``de (q, H)``, ``alpha_d = drop alpha`` when
+    ``WRITE_AD`` and ``dQ[i, h] = scale * sum de K_c``; ``HAS_EDGE``: the score and
+    ``dalpha`` gain the edge terms ``<Qe[i, h], attr_e>``, ``<Ge[i, h], attr_e>`` and
+    ``dQe[i, h] = sum de attr_e`` (``dattr``: :func:`dot_attention_edge_grad_kernel`).
+    ``G`` has ``GH`` heads: ``H``, or 1 (one gradient for every head)."""
     i = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     dt = tl.float64 if ACC64 else tl.float32
@@ -142,37 +178,30 @@ def dot_attention_backward_rows_kernel(
     cmask = cs < C
     base = (i * H + h) * C
     q = tl.load(Q + base + cs, mask=cmask, other=0.0).to(dt)
-    g_i = tl.load(G + base + cs, mask=cmask, other=0.0).to(dt)
-    d_i = tl.load(D + i * H + h).to(dt)
+    g_i = tl.load(G + (i * GH + h % GH) * C + cs, mask=cmask, other=0.0).to(dt)
     fs = tl.arange(0, BLOCK_F)
     fmask = fs < F
+    qe = q
+    ge = q
     if HAS_EDGE:
         qe = tl.load(Qe + (i * H + h) * F + fs, mask=fmask, other=0.0).to(dt)
         ge = tl.load(Ge + (i * H + h) * F + fs, mask=fmask, other=0.0).to(dt)
+    d_i = tl.zeros([BLOCK_E], dt)
+    for start in range(lo, hi, BLOCK_E):
+        _, _, _, _, _, a, g, _ = _attention_and_dalpha(
+            idx, perm, K, V, attr, alpha, lse, q, g_i, qe, ge, i, h, H, C, F, cs, cmask, fs, fmask, start, hi, scale, dscale,
+            seed_lo, seed_hi, thresh, dt, HAS_PERM, CACHED, DROP, HAS_EDGE, BLOCK_E,
+        )
+        d_i += a * g
+    d_row = tl.sum(d_i, axis=0)
     acc = tl.zeros([BLOCK_C], dt)
     acc_e = tl.zeros([BLOCK_F], dt)
     for start in range(lo, hi, BLOCK_E):
-        w, emask, c, e = _entries(idx, perm, start, hi, HAS_PERM, BLOCK_E)
-        k = _rows(K, c, h, H, C, cs, emask, cmask, dt)
-        if HAS_EDGE:
-            ea = _edge_rows(attr, e, F, fs, emask, fmask, dt)
-        if CACHED:
-            a = tl.load(alpha + e * H + h, mask=emask, other=0.0).to(dt)
-        else:
-            s = tl.sum(k * q[None, :], axis=1)
-            if HAS_EDGE:
-                s += tl.sum(ea * qe[None, :], axis=1)
-            a = tl.where(emask, tl.exp(s * scale - tl.load(lse + i * H + h).to(dt)), 0.0)
-        v = _rows(V, c, h, H, C, cs, emask, cmask, dt)
-        g = tl.sum(v * g_i[None, :], axis=1)
-        if HAS_EDGE:
-            g += tl.sum(ea * ge[None, :], axis=1)
-        ad = a
-        if DROP:
-            f = tl.where(keep_edge(e * H + h, seed_lo, seed_hi, thresh), dscale, 0.0)
-            g = g * f
-            ad = a * f
-        d = a * (g - d_i)
+        e, emask, c, k, ea, a, g, ad = _attention_and_dalpha(
+            idx, perm, K, V, attr, alpha, lse, q, g_i, qe, ge, i, h, H, C, F, cs, cmask, fs, fmask, start, hi, scale, dscale,
+            seed_lo, seed_hi, thresh, dt, HAS_PERM, CACHED, DROP, HAS_EDGE, BLOCK_E,
+        )
+        d = a * (g - d_row)
         tl.store(de + e * H + h, d.to(de.dtype.element_ty), mask=emask)
         if WRITE_AD:
             tl.store(alpha_d + e * H + h, ad.to(alpha_d.dtype.element_ty), mask=emask)
@@ -186,12 +215,13 @@ def dot_attention_backward_rows_kernel(
 
 @triton.jit
 def dot_attention_backward_cols_kernel(
-    ptr, idx, perm, G, Q, alpha_d, de, dK, dV, H, C, consts,
+    ptr, idx, perm, G, Q, alpha_d, de, dK, dV, H, GH, C, consts,
     HAS_PERM: tl.constexpr, ACC64: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Backward over source node ``program_id(0)`` (the transposed walk), head
     ``program_id(1)`` (numba twin: ``dot_attention_backward_cols``):
-    ``dK[c, h] = scale * sum_e de_e Q_i`` and ``dV[c, h] = sum_e alpha_d_e G_i``."""
+    ``dK[c, h] = scale * sum_e de_e Q_i`` and ``dV[c, h] = sum_e alpha_d_e G_i``
+    (``G`` with ``GH`` heads: ``H``, or 1 for every head)."""
     c = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     dt = tl.float64 if ACC64 else tl.float32
@@ -207,7 +237,7 @@ def dot_attention_backward_cols_kernel(
         d = tl.load(de + e * H + h, mask=emask, other=0.0).to(dt) * scale
         ad = tl.load(alpha_d + e * H + h, mask=emask, other=0.0).to(dt)
         acc_k += tl.sum(d[:, None] * _rows(Q, i, h, H, C, cs, emask, cmask, dt), axis=0)
-        acc_v += tl.sum(ad[:, None] * _rows(G, i, h, H, C, cs, emask, cmask, dt), axis=0)
+        acc_v += tl.sum(ad[:, None] * _rows(G, i, h % GH, GH, C, cs, emask, cmask, dt), axis=0)
     base = (c * H + h) * C
     tl.store(dK + base + cs, acc_k.to(dK.dtype.element_ty), mask=cmask)
     tl.store(dV + base + cs, acc_v.to(dV.dtype.element_ty), mask=cmask)
