@@ -92,6 +92,80 @@ def test_aggregation_build_equals_the_reference(seed, aggr, diagonal, weighted):
     torch.testing.assert_close(val, ref.val, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize(
+    "loops,norm",
+    [(build.LOOPS_REMAINING, build.NORM_SYMMETRIC), (build.LOOPS_REMAINING, build.NORM_NONE), (build.LOOPS_KEEP, build.NORM_SYMMETRIC),
+     (build.LOOPS_KEEP, build.NORM_MEAN), (build.LOOPS_DIAGONAL, build.NORM_NONE), (build.LOOPS_DIAGONAL, build.NORM_MEAN),
+     (build.LOOPS_REPLACE, build.NORM_NONE)],
+)
+def test_unsorted_build_is_the_sorted_one_in_edge_order_with_its_transpose(seed, weighted, loops, norm):
+    """``sort=False, coalesce=False`` (what Graph builds on CPU): the entries of the
+    sorted, uncoalesced build, each row in edge order (appended loops last), every
+    edge's entry at its (target, source); ``transposed=True`` adds the CSC dual of
+    exactly that matrix (``csr_to_csc``'s arrays), and changes nothing else."""
+    ei, n, g = random_edges(seed, q_max=300)  # (duplicates and self-loops likely)
+    ei = torch.cat([ei, torch.tensor([[0, 0], [0, 0]])], 1)  # a duplicated self-loop
+    ew = torch.rand(ei.size(1), generator=g, dtype=F64) if weighted else None
+    kw = dict(dtype=F64, loops=loops, fill=2.0, norm=norm)
+    ref_ptr, ref_col, ref_val, _ = build.adjacency_csr(ei, ew, n, coalesce=False, **kw)
+    out = build.adjacency_csr(ei, ew, n, coalesce=False, sort=False, transposed=True, **kw)
+    assert len(out) == 7
+    ptr, col, val, entry, colptr, trow, tperm = out
+    assert torch.equal(ptr, ref_ptr)
+    for name, a in zip(("ptr", "col", "val", "entry"), build.adjacency_csr(ei, ew, n, coalesce=False, sort=False, **kw)):
+        assert torch.equal(a, out[("ptr", "col", "val", "entry").index(name)]), name
+    row = torch.repeat_interleave(torch.arange(n), ptr.diff())
+    order = torch.argsort(row * n + col, stable=True)  # sorting each row by column, stably, gives the sorted build
+    assert torch.equal(col[order], ref_col)
+    torch.testing.assert_close(val[order], ref_val, rtol=1e-12, atol=1e-12)
+    q = ei.size(1)
+    kept = entry[:q] >= 0
+    if loops in (build.LOOPS_REMAINING, build.LOOPS_REPLACE):
+        assert torch.equal(kept, ei[0] != ei[1])
+    else:
+        assert kept.all()
+    at = entry[:q][kept]
+    assert torch.equal(col[at], ei[0][kept]) and torch.equal(row[at], ei[1][kept])
+    # edge order within each row: a later edge of the same target sits further right
+    tgt = ei[1][kept]
+    later = torch.argsort(tgt, stable=True)
+    assert (at[later].diff()[tgt[later].diff() == 0] > 0).all()
+    if loops != build.LOOPS_KEEP:  # one appended loop per node, last in its row
+        assert torch.equal(entry[q:], ptr[1:] - 1) and torch.equal(col[entry[q:]], torch.arange(n))
+    for a, b in zip((colptr, trow, tperm), build.csr_to_csc(ptr, col, n)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("matrix", ["gcn", "sum", "mean", "gin", "gat"])
+def test_graph_takes_the_transposed_walk_from_the_build_only_with_autograd_on(matrix):
+    """With autograd on, a Graph's CPU matrix comes with its ``A^T`` walk installed by
+    the build (the same arrays a later ``row_plan(True)`` would build); under
+    ``no_grad`` none is built until a product needs it. Same products either way."""
+    ei, n, g = random_edges(3, q_max=300)
+
+    def build_matrix(graph):
+        if matrix == "gcn":
+            return graph.gcn_adjacency(dtype=F64)
+        if matrix == "gat":
+            return graph.gat_adjacency()
+        if matrix == "gin":
+            return graph.aggr_adjacency("sum", dtype=F64, diagonal=True, diagonal_value=1.5)
+        return graph.aggr_adjacency(matrix, dtype=F64)
+
+    A = build_matrix(Graph(ei, None, n))
+    assert True in A._plans
+    with torch.no_grad():
+        B = build_matrix(Graph(ei, None, n))
+    assert True not in B._plans
+    for a, b in zip(A.row_plan(True), B.row_plan(True)):
+        assert torch.equal(a, b)
+    x = torch.randn(n, 4, dtype=F64, generator=g)
+    if A.val is not None:
+        torch.testing.assert_close(corgnn.sparse.spmm(A, x, transpose=True), A.to_dense().t() @ x, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("coalesce", [False, True])
 def test_coo_to_csr_and_csc_by_counting_sort_equal_sorting(seed, coalesce):

@@ -306,6 +306,27 @@ class Graph:
             return 0
         return int(torch.bincount(self.edge_index[1], minlength=self.num_nodes).max())
 
+    def _built(self, edge_weight, dtype, *, loops: int, fill: float = 1.0, norm: int = build.NORM_NONE, values: bool = True) -> tuple[CSR, torch.Tensor]:
+        """``(A, entry)``: a propagation matrix of this graph on CPU in one counting-sort
+        pass (:func:`corgnn.sparse.build.adjacency_csr`) and each edge's entry in it.
+
+        Rows hold their entries in edge order, duplicates as separate entries: the
+        products need neither sorted rows nor coalescing, which cost most of a build.
+        While autograd is on (a backward, which walks ``A^T``, is likely) the walk of
+        ``A^T`` comes from the same kernel call and is installed on ``A``
+        (:meth:`~corgnn.sparse.formats.SparseFormat.set_row_plan`); otherwise it is
+        built when first needed.
+        """
+        n = self.num_nodes
+        transposed = torch.is_grad_enabled()
+        out = build.adjacency_csr(
+            self._edges(), edge_weight, n, dtype=dtype, loops=loops, fill=fill, norm=norm, coalesce=False, sort=False, transposed=transposed,
+        )
+        csr = CSR(out[0], out[1], out[2] if values else None, (n, n), check=False)
+        if transposed:
+            csr.set_row_plan(True, *out[4:])
+        return csr, out[3]
+
     # ---------------------------------------------------------- GCN adjacency
     def gcn_adjacency(
         self,
@@ -339,11 +360,10 @@ class Graph:
             if self.loops == "remaining" and build.supported(self.device, dtype):
                 # NOTE: one counting-sort pass (sparse/build.py) computes what gcn_norm +
                 # a coalescing sort compute: same matrix, O(q) instead of O(q log q).
-                ptr, col, val, entry = build.adjacency_csr(
-                    self._edges(), ew, n, dtype=dtype, loops=build.LOOPS_REMAINING if add_self_loops else build.LOOPS_KEEP,
+                csr, entry = self._built(
+                    ew, dtype, loops=build.LOOPS_REMAINING if add_self_loops else build.LOOPS_KEEP,
                     fill=2.0 if improved else 1.0, norm=build.NORM_SYMMETRIC if normalize else build.NORM_NONE,
                 )
-                csr = CSR(ptr, col, val, (n, n), check=False)
                 self._cache.setdefault(("gcn-entry", add_self_loops), entry)
             else:
                 ei, ew = gcn_edge_weights(
@@ -422,11 +442,8 @@ class Graph:
         n = self.num_nodes
         c = float(diagonal_value) if diagonal else 0.0
 
-        def built(loops: int):  # (one counting-sort pass: CSR and each edge's entry)
-            ptr, col, val, entry = build.adjacency_csr(
-                self._edges(), ew, n, dtype=dtype, loops=loops, fill=c, norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE,
-            )
-            return CSR(ptr, col, val, (n, n), check=False), entry
+        def built(loops: int):
+            return self._built(ew, dtype, loops=loops, fill=c, norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE)
 
         if c != 0.0:
             vkey = key + ("diagonal-value", c)
@@ -480,10 +497,7 @@ class Graph:
         if csr is None:
             n = self.num_nodes
             if self.loops == "remaining" and build.supported(self.device, None):
-                ptr, col, _, entry = build.adjacency_csr(
-                    self._edges(), None, n, dtype=torch.float32, loops=build.LOOPS_REPLACE if add_self_loops else build.LOOPS_KEEP, coalesce=False,
-                )
-                csr = CSR(ptr, col, None, (n, n), check=False)
+                csr, entry = self._built(None, torch.float32, loops=build.LOOPS_REPLACE if add_self_loops else build.LOOPS_KEEP, values=False)
                 self._cache[("gat-entry", add_self_loops)] = entry
             else:
                 ei, _ = self.gat_edges(add_self_loops=add_self_loops)

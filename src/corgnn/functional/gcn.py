@@ -199,13 +199,15 @@ def gcn_values(
 
 
 def entry_values(A: SparseFormat, edge_index: torch.Tensor, edge_weight: torch.Tensor) -> torch.Tensor:
-    """Values ``(nnz,)`` in the entry order of a coalesced ``(n, n)`` matrix ``A`` built
-    from ``edge_index (2, q)``: each edge's weight ``(q,)`` added into the entry at
-    (target, source), duplicates summed; differentiable w.r.t. ``edge_weight``."""
+    """Values ``(nnz,)`` in the entry order of an ``(n, n)`` matrix ``A`` built from
+    ``edge_index (2, q)``: each edge's weight ``(q,)`` added into an entry at (target,
+    source), duplicates summed; differentiable w.r.t. ``edge_weight``. Where ``A``
+    holds duplicate entries (corgnn's CPU builds keep them), all of a position's
+    weights go to one of its entries and the others get 0: the same matrix."""
     n = A.shape[0]
     coo = A.to_coo()
-    # NOTE: A is coalesced (one entry per (row, col)): sorting its keys once lets a
-    # binary search find every edge's entry, in any format's entry order.
+    # NOTE: sorting A's keys once lets a binary search find an entry of every edge,
+    # in any format's entry order.
     keys, order = torch.sort(coo.row * n + coo.col)
     pos = order[torch.searchsorted(keys, edge_index[1] * n + edge_index[0])]
     return edge_weight.new_zeros(A.nnz).index_add(0, pos, edge_weight)
