@@ -68,6 +68,27 @@ def test_transients_match_table_2():
     assert tf.spmm_columns == (k, k) and pf.spmm_columns == (m, m)
 
 
+def test_rows_with_entries_shrink_the_products_on_rows():
+    """With ``rows`` (the rows of A' holding entries) propagate-first's GEMMs, A'X and
+    G Θ^T run on those rows; transform-first's XΘ and the fused backward on all n."""
+    n, q, m, k, r = 10000, 14000, 128, 64, 2000
+    for name in ("propagate-first+split+cache", "propagate-first+split"):
+        full = scheme_cost(parse_scheme(name), n, q, m, k, input_grad=True)
+        part = scheme_cost(parse_scheme(name), n, q, m, k, input_grad=True, rows=r)
+        gemms = 3 * 2 * m * k  # forward, dΘ, G Θ^T: FLOPs per row
+        assert full.flops - part.flops >= gemms * (n - r)
+        assert part.transient_forward == r * m and part.time_s < full.time_s
+    tf = parse_scheme("transform-first+fused")
+    assert scheme_cost(tf, n, q, m, k, True, rows=r).flops == scheme_cost(tf, n, q, m, k, True).flops
+    # the plan picks propagate-first where few rows hold entries, transform-first else (k < m/2 fails: k = m/2)
+    assert plan_gcn(n, q, m, k, False, rows=r).scheme.forward == "propagate-first"
+    assert plan_gcn(n, q, m, 32, False).scheme.forward == "transform-first"
+    assert plan_gcn(n, q, m, 32, False, rows=r).scheme.forward == "propagate-first"
+    assert "rows with entries=2000" in plan_gcn(n, q, m, k, False, rows=r).table()
+    with pytest.raises(ValueError, match="rows must be"):
+        plan_gcn(n, q, m, k, False, rows=n + 1)
+
+
 def test_forced_and_inference_and_errors():
     plan = plan_gcn(100, 500, 8, 64, True, scheme="transform-first+split")
     assert plan.forced and plan.scheme.name == "transform-first+split"

@@ -71,6 +71,33 @@ def test_set_row_plan_installs_the_walk():
     assert B.with_values(torch.ones(5)).row_plan(True)[1] is idx
 
 
+def test_nonempty_rows_restricts_the_matrix_to_its_rows_with_entries():
+    """``A[rows]`` sharing ``col``/``val`` (so per-entry values carry over), its ``A^T``
+    walk renumbered from ``A``'s when ``A`` has one (else built), cached per pattern."""
+    row = torch.tensor([1, 1, 4, 6, 6, 6])
+    col = torch.tensor([0, 3, 3, 1, 1, 5])
+    val = torch.arange(1.0, 7.0)
+    for with_walk in (False, True):
+        A = CSR.from_coo(row, col, val, (8, 6))
+        if with_walk:
+            A.row_plan(True)
+        rows, R = A.nonempty_rows()
+        assert rows.tolist() == [1, 4, 6] and R.shape == (3, 6)
+        assert R.col is A.col and R.val is A.val
+        torch.testing.assert_close(R.to_dense(), A.to_dense()[rows])
+        ptr, idx, perm = R.row_plan(True)
+        assert (perm is A.row_plan(True)[2]) == with_walk
+        G = torch.randn(3, 2)
+        torch.testing.assert_close(spmm(R, G, transpose=True), A.to_dense()[rows].t() @ G)
+        w = torch.randn(6)
+        torch.testing.assert_close(spmm(R, torch.eye(6), values=w), A.with_values(w).to_dense()[rows])
+        again, R2 = A.with_values(w).nonempty_rows()
+        assert again is rows and R2.rowptr is R.rowptr and R2.val is w  # (the pattern is cached: a copy's values, no rebuild)
+    empty = CSR.from_coo(row[:0], col[:0], val[:0], (3, 2))
+    rows, R = empty.nonempty_rows()
+    assert rows.numel() == 0 and R.shape == (0, 2) and R.rowptr.tolist() == [0]
+
+
 @pytest.mark.parametrize("bad, exc, word", [
     (lambda A, p: A.set_row_plan(False, p[0][:-1], p[1]), ValueError, "ptr"),
     (lambda A, p: A.set_row_plan(False, p[0].float(), p[1]), TypeError, "ptr"),

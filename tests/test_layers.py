@@ -14,7 +14,7 @@ from corgnn import Graph
 from corgnn.cost.propagate import plan_propagation
 from corgnn.interop import optimize
 from corgnn.nn import UnsupportedOption
-from conftest import make_graph
+from conftest import FAST_GRADCHECK, make_graph
 
 D = torch.float64
 
@@ -151,6 +151,69 @@ def test_kept_propagation_follows_the_input():
         torch.testing.assert_close(sgc(x, ei), sgc_ref(x, ei))
         assert appnp.last_plan.cached and sgc.last_plan.name == "propagate-first+cache"
         x.mul_(2.0)  # in place: a new version, the kept result must not be reused
+
+
+def leaves_graph(n: int = 40, targets: int = 8, q: int = 60, seed: int = 1):
+    """Edges into the first ``targets`` nodes only (with a duplicate and a self-loop),
+    as a sampled subgraph's last hop: most rows of ``A`` are empty."""
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.stack([torch.randint(0, n, (q,), generator=g), torch.randint(0, targets, (q,), generator=g)])
+    return torch.cat([ei, torch.tensor([[5, 5, 3], [2, 2, 3]])], 1), n
+
+
+SCHEMES = ["transform-first+fused", "transform-first+split", "propagate-first+fused", "propagate-first+split", "propagate-first+split+cache"]
+
+
+@pytest.mark.parametrize("scheme", ["auto"] + SCHEMES)
+@pytest.mark.parametrize("opts", [{"aggr": "mean"}, {"aggr": "sum", "bias": False}, {"aggr": "mean", "root_weight": False}, {"aggr": "mean", "project": True}])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_sage_on_the_rows_with_entries_matches_pyg(scheme, opts, x_grad):
+    """Most nodes without incoming edges: the aggregated term runs on the rows with
+    entries (``target_rows``), outputs and every gradient as PyG's."""
+    ei, n = leaves_graph()
+    ref, ours = pair(pyg.SAGEConv, cnn.SAGEConv, 6, 4, **opts)
+    ours.scheme = scheme
+    check_same(ref, ours, torch.randn(n, 6, dtype=D, requires_grad=x_grad), ei, calls=2)
+    assert ours.last_plan.rows == 8 and ours.target_rows(ours.adjacency(Graph(ei, None, n), D))[0].tolist() == list(range(8))
+
+
+@pytest.mark.parametrize("scheme", ["auto"] + SCHEMES)
+@pytest.mark.parametrize("aggr", ["add", "mean"])
+def test_graphconv_on_the_rows_with_entries_matches_pyg_with_edge_weight_grad(scheme, aggr):
+    ei, n = leaves_graph()
+    ref, ours = pair(pyg.GraphConv, cnn.GraphConv, 5, 7, aggr=aggr)
+    ours.scheme = scheme
+    ew = torch.rand(ei.size(1), dtype=D, requires_grad=True)
+    check_same(ref, ours, torch.randn(n, 5, dtype=D, requires_grad=True), ei, ew)
+    assert ours.last_plan.rows == 8
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_rows_with_entries_gradcheck(scheme):
+    ei, n = leaves_graph(n=12, targets=3, q=10)
+    x = torch.randn(n, 3, dtype=D, requires_grad=True)
+    ew = torch.rand(ei.size(1), dtype=D, requires_grad=True)
+    for layer, extra in ((cnn.SAGEConv(3, 2, scheme=scheme).to(D), ()), (cnn.GraphConv(3, 2, aggr="mean", scheme=scheme).to(D), (ew,))):
+        params = list(layer.parameters())
+
+        def f(x, *ts, layer=layer, k=len(extra)):
+            return layer(x, ei, *ts[:k])
+
+        assert torch.autograd.gradcheck(f, (x, *extra, *params), fast_mode=FAST_GRADCHECK), type(layer).__name__
+        assert layer.last_plan.rows == 4  # (targets 0-2 and the extra edges into 2 and 3)
+
+
+def test_rows_with_entries_only_below_the_fraction():
+    """A graph where most nodes have incoming edges runs on every row (no scatter)."""
+    ei, n = make_graph()
+    layer = cnn.SAGEConv(4, 2)
+    layer(torch.randn(n, 4), ei)
+    assert layer.last_plan.rows is None
+    ei, n = leaves_graph(n=10, targets=6)  # 6 of 10 rows > TARGET_ROWS_MAX_FRACTION
+    layer(torch.randn(n, 4), ei)
+    assert layer.last_plan.rows is None
+    layer(torch.randn(n, 4), ei[:, :0])  # no edges: nothing to aggregate, the bias alone
+    assert layer.last_plan.rows is None
 
 
 def test_gradcheck_float64():

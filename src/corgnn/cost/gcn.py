@@ -163,6 +163,9 @@ class GCNPlan:
     """``(n, q, x_nnz)`` the costs were estimated at when they differ from the call's
     sizes (``plan_gcn(..., approximate=True)``: sizes rounded to
     :data:`PLAN_SIGNIFICANT_BITS`); None: at the call's own sizes."""
+    rows: int | None = None
+    """Rows of ``A'`` holding entries when the products of ``A'X`` run on those only
+    (:func:`scheme_cost`); None: all ``n``."""
 
     def table(self) -> str:
         """Human-readable table of every scheme's cost and the choice."""
@@ -173,6 +176,7 @@ class GCNPlan:
             f"GCN layer n={self.n} q={self.q} m={self.m} k={self.k} "
             f"input grad={'yes' if self.input_grad else 'no'}{'' if self.training else ' (inference)'}"
             + (f" sparse X nnz={self.x_nnz}" if self.x_nnz is not None else "")
+            + (f" rows with entries={self.rows}" if self.rows is not None else "")
             + (" constant X (A'X can be kept across calls)" if self.reuse else ""),
             "  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  choice",
         ]
@@ -205,9 +209,16 @@ def gemm_cost(a: int, b: int, c: int, mm: MachineModel) -> tuple[int, int]:
 
 
 def scheme_cost(
-    s: GCNScheme, n: int, q: int, m: int, k: int, input_grad: bool, training: bool = True, mm: MachineModel = MachineModel(), x_nnz: int | None = None
+    s: GCNScheme, n: int, q: int, m: int, k: int, input_grad: bool, training: bool = True, mm: MachineModel = MachineModel(), x_nnz: int | None = None,
+    rows: int | None = None,
 ) -> SchemeCost:
     """FLOPs, bytes, transient values and estimated time of scheme ``s``.
+
+    ``rows``: the rows of ``A'`` that hold entries, when the layer computes ``A'X``
+    and the products on its rows for those only (:meth:`corgnn.sparse.CSR.nonempty_rows`;
+    a sampled subgraph's last hop has no incoming edges); None: all ``n``. Then the
+    propagate-first GEMMs, ``A'X`` and the split backward's ``G Θ^T`` are ``rows``
+    long; transform-first still computes ``XΘ`` for every node (any can be a source).
 
     ``x_nnz``: non-zeros of sparse input features; the products that read ``X``
     directly (``XΘ`` forward, ``X^T P`` fused backward) then cost SpMMs over them.
@@ -217,10 +228,11 @@ def scheme_cost(
 
     ops: list[tuple[str, tuple[int, int]]] = []
     spmm_cols: list[int] = []
+    r = n if rows is None else rows
 
-    def spmm(cols):
+    def spmm(cols, n_out=r, n_in=n):  # (A'^T walks: n_out=n, n_in=r)
         spmm_cols.append(cols)
-        ops.append(("spmm", spmm_cost(q, n, n, cols, mm)))
+        ops.append(("spmm", spmm_cost(q, n_out, n_in, cols, mm)))
 
     gemm = lambda a, b, c: ops.append(("gemm", gemm_cost(a, b, c, mm)))  # noqa: E731
 
@@ -240,14 +252,14 @@ def scheme_cost(
     else:
         if not s.reuse:
             spmm(m)
-        gemm(n, m, k)
-        t_fwd = 0 if s.reuse else n * m
-    saved = n * m if training else 0  # X, or A'X in its place when cached
+        gemm(r, m, k)
+        t_fwd = 0 if s.reuse else r * m
+    saved = (r if s.cache else n) * m if training else 0  # X, or A'X in its place when cached
     t_bwd = 0
     if training:
         ops.append(("bias", (n * k, n * k * mm.value_bytes)))
         if s.backward == "fused-propagate":
-            spmm(k)  # P = A'^T G
+            spmm(k, n, r)  # P = A'^T G
             xt_p()  # dΘ = X^T P
             if input_grad:
                 gemm(n, k, m)  # dX = P Θ^T
@@ -255,16 +267,16 @@ def scheme_cost(
         else:
             if not s.cache:
                 spmm(m)  # recompute A'X
-                t_bwd += n * m
-            gemm(m, n, k)  # dΘ = (A'X)^T G
+                t_bwd += r * m
+            gemm(m, r, k)  # dΘ = (A'X)^T G
             if input_grad:
-                gemm(n, k, m)  # G Θ^T
-                spmm(m)  # dX = A'^T (G Θ^T)
+                gemm(r, k, m)  # G Θ^T
+                spmm(m, n, r)  # dX = A'^T (G Θ^T)
                 t_bwd += n * m
     flops = sum(c[0] for _, c in ops)
     nbytes = sum(c[1] for _, c in ops)
     time_s = sum(f / mm.flop_rate + b / mm.bandwidth for _, (f, b) in ops)
-    return SchemeCost(s, flops, nbytes, tuple(spmm_cols), t_fwd, saved, t_bwd, time_s, kept=n * m if s.reuse else 0)
+    return SchemeCost(s, flops, nbytes, tuple(spmm_cols), t_fwd, saved, t_bwd, time_s, kept=r * m if s.reuse else 0)
 
 
 def plan_gcn(
@@ -282,6 +294,7 @@ def plan_gcn(
     reuse: bool = False,
     reuse_extra_memory: bool = False,
     approximate: bool = False,
+    rows: int | None = None,
 ) -> GCNPlan:
     """Choose the GCN scheme for one call.
 
@@ -312,6 +325,9 @@ def plan_gcn(
             layers' setting: a graph that changes every call, e.g. a mini-batch,
             would otherwise pay a full plan, ~60 us, per layer and call). The
             returned plan carries the call's own sizes and ``costed_at``.
+        rows: the rows of ``A'`` holding entries when the layer runs ``A'X``'s
+            products on those rows only (see :func:`scheme_cost`); None: all ``n``.
+            Rounded like ``n`` with ``approximate``.
 
     Returns:
         :class:`GCNPlan` with the chosen scheme, every scheme's cost and the reason.
@@ -319,7 +335,7 @@ def plan_gcn(
     Raises:
         ValueError: negative sizes or an unknown scheme name.
     """
-    args = (n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory)
+    args = (n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
     try:
         return _plan_gcn_approximate(*args) if approximate else _plan_gcn_memo(*args)
     except TypeError:  # (an unhashable argument, e.g. a list of candidates: plan without the memo)
@@ -340,17 +356,17 @@ def rounded_size(v: int | None) -> int | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan_gcn_approximate(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory) -> GCNPlan:
+def _plan_gcn_approximate(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows) -> GCNPlan:
     at = (rounded_size(n), rounded_size(q), rounded_size(x_nnz))
-    if n < 0 or q < 0 or at == (n, q, x_nnz):
-        return _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory)
-    plan = _plan_gcn_memo(at[0], at[1], m, k, input_grad, training, scheme, machine, candidates, at[2], reuse, reuse_extra_memory)
+    if n < 0 or q < 0 or (at == (n, q, x_nnz) and rounded_size(rows) == rows):
+        return _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
+    plan = _plan_gcn_memo(at[0], at[1], m, k, input_grad, training, scheme, machine, candidates, at[2], reuse, reuse_extra_memory, rounded_size(rows))
     # NOTE: the rounded plan with the call's sizes, copied field by field:
     # ``dataclasses.replace`` runs the generated ``__init__`` (~3 us), paid by every
     # layer on every new mini-batch (its sizes miss the exact-size memo above).
     out = object.__new__(GCNPlan)
     out.__dict__.update(plan.__dict__)
-    out.__dict__.update(n=n, q=q, x_nnz=x_nnz, costed_at=at)
+    out.__dict__.update(n=n, q=q, x_nnz=x_nnz, rows=rows, costed_at=at)
     return out
 
 
@@ -361,16 +377,18 @@ def _plan_gcn_memo(*args) -> GCNPlan:
     return _plan_gcn(*args)
 
 
-def _plan_gcn(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory) -> GCNPlan:
+def _plan_gcn(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows=None) -> GCNPlan:
     for name, v in (("n", n), ("q", q), ("m", m), ("k", k)):
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
+    if rows is not None and not 0 <= rows <= n:
+        raise ValueError(f"rows must be in [0, n={n}], got {rows}")
     reuse = reuse and not input_grad and scheme == "auto"
     if not candidates:
         raise ValueError("candidates must name at least one scheme")
-    costs = tuple(scheme_cost(s, n, q, m, k, input_grad, training, machine, x_nnz) for s in candidates)
+    costs = tuple(scheme_cost(s, n, q, m, k, input_grad, training, machine, x_nnz, rows) for s in candidates)
     if reuse:
-        kept = scheme_cost(REUSE_SCHEME, n, q, m, k, input_grad, training, machine, x_nnz)
+        kept = scheme_cost(REUSE_SCHEME, n, q, m, k, input_grad, training, machine, x_nnz, rows)
         # NOTE: the memory rule: without reuse_extra_memory, keeping A'X (n m values
         # between calls) may not exceed the peak transients of the step it replaces.
         best_plain = min(costs, key=lambda c: c.time_s)
@@ -380,7 +398,7 @@ def _plan_gcn(n, q, m, k, input_grad, training, scheme, machine, candidates, x_n
             reuse = False
     if scheme != "auto":
         chosen = parse_scheme(scheme)
-        return GCNPlan(chosen, costs, "forced by the caller", n, q, m, k, input_grad, training, forced=True, x_nnz=x_nnz)
+        return GCNPlan(chosen, costs, "forced by the caller", n, q, m, k, input_grad, training, forced=True, x_nnz=x_nnz, rows=rows)
     best = min(costs, key=lambda c: (round(c.time_s, 12), c.transient_forward + c.transient_backward + c.kept, len(c.spmm_columns)))
     runner_up = min((c for c in costs if c is not best), key=lambda c: c.time_s, default=best)
     if best.scheme.reuse:
@@ -397,7 +415,7 @@ def _plan_gcn(n, q, m, k, input_grad, training, scheme, machine, candidates, x_n
             f"est. {best.time_s * 1e3:.3g} ms vs {runner_up.time_s * 1e3:.3g} ms for {runner_up.scheme.name} "
             f"(Table 2: transform-first+fused when {cond}, else propagate-first+split+cache)"
         )
-    return GCNPlan(best.scheme, costs, reason, n, q, m, k, input_grad, training, x_nnz=x_nnz, reuse=reuse)
+    return GCNPlan(best.scheme, costs, reason, n, q, m, k, input_grad, training, x_nnz=x_nnz, reuse=reuse, rows=rows)
 
 
 REPRESENTATIVE_DEGREE = 10

@@ -487,6 +487,31 @@ class CSR(SparseFormat):
         """Entries per row ``(n,)`` int64."""
         return self.rowptr[1:] - self.rowptr[:-1]
 
+    def nonempty_rows(self) -> tuple[torch.Tensor, "CSR"]:
+        """``(rows, A_r)``: the rows that hold at least one entry, ``(r,)`` int64
+        ascending, and this matrix restricted to them, ``A_r = A[rows]`` ``(r, m)``.
+
+        ``A_r`` shares ``col`` and ``val`` (the same entries in the same order, so
+        per-entry values in ``A``'s order, e.g. a layer's differentiable edge
+        values, are ``A_r``'s too) and, when ``A`` has its ``A^T`` walk, the same
+        walk with the rows renumbered (no second counting sort). ``A X`` is zero in
+        every other row, so a product that only needs ``A X``'s rows runs on ``r``
+        rows: a neighbour-sampled subgraph's last hop (most of its nodes) has no
+        incoming edges. The pattern is built once per matrix (cached with the
+        plans); each call returns it with this matrix's values (O(1)).
+        """
+        pattern = self._plans.get("rows")
+        if pattern is None:
+            rows = (self.rowptr[1:] != self.rowptr[:-1]).nonzero().squeeze(1)
+            pattern = CSR(torch.cat([self.rowptr[rows], self.rowptr[-1:]]), self.col, None, (rows.numel(), self.shape[1]), check=False)
+            walk = self._plans.get(True)
+            if walk is not None:  # (A^T's rows are A's columns: the same walk, A's row ids renumbered 0..r-1)
+                renumber = torch.empty(self.shape[0], dtype=torch.long, device=self.device)
+                renumber[rows] = torch.arange(rows.numel(), device=self.device)
+                pattern.set_row_plan(True, walk[0], renumber[walk[1]], walk[2])
+            pattern = self._plans["rows"] = (rows, pattern)
+        return pattern[0], pattern[1].with_values(self.val)
+
     def to_coo(self) -> COO:
         return COO(self.row(), self.col, self.val, self.shape, sorted=True, check=False)
 
