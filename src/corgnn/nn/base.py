@@ -170,10 +170,14 @@ class FeatureCache(FeatureCheck):
         seen_once = self.previous_seen_once and width is not None
         if seen_once:
             from ..cost.features import plan_feature_conversion
+            from ..cost.gcn import rounded_size
 
             # the best case (no non-zeros) first: skip counting when even that loses
-            if not plan_feature_conversion(n, m, 0, width, training=training, uses=1).convert:
-                self.last_conversion = plan_feature_conversion(n, m, limit, width, training=training, uses=1)
+            # (at the size rounded as the scheme plans round it: a mini-batch's new
+            # node count then hits the plans' memo; every cost is about linear in n)
+            at = rounded_size(n)
+            if not plan_feature_conversion(at, m, 0, width, training=training, uses=1).convert:
+                self.last_conversion = plan_feature_conversion(at, m, int(limit * at / n), width, training=training, uses=1)
                 return None
             if self._dense_run >= DENSE_RECOUNT and self._dense_run % DENSE_RECOUNT:
                 self._dense_run += 1
