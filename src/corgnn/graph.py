@@ -343,7 +343,9 @@ class Graph:
         used by PyG's ``GCNConv`` (it is called to compute the weights): remaining
         self-loops are added with fill value 1 (2 if ``improved``; existing loops
         keep their weight), degrees are taken on the target side, duplicate edges
-        are summed. ``normalize=False`` gives the raw weighted adjacency.
+        are summed (on CPU as separate entries, which every product sums: the same
+        matrix; each row's entries in edge order, see :meth:`_built`).
+        ``normalize=False`` gives the raw weighted adjacency.
         Rows = targets, columns = sources, ``(n, n)``.
 
         Built once per option set and cached on the Graph; ``A'^T`` for the
@@ -423,7 +425,8 @@ class Graph:
         ``GraphConv``, ``SAGEConv`` and ``GINConv`` aggregate: the entry of an edge is
         its weight, divided by the target's in-degree (edges counted with
         duplicates, at least 1) for "mean" (:func:`aggr_edge_weights`); duplicate
-        edges are summed. Rows = targets, columns = sources, ``(n, n)``. Built once
+        edges are summed (on CPU as separate entries, see :meth:`gcn_adjacency`).
+        Rows = targets, columns = sources, ``(n, n)``. Built once
         per option set and cached like :meth:`gcn_adjacency`. ``diagonal``: the
         pattern also holds every diagonal entry (value 0 where the graph has no
         self-loop), so GIN's ``A + (1 + eps) I`` is the same pattern with new values;
