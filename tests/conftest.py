@@ -42,6 +42,14 @@ def make_graph(n: int = 40, q: int = 160, seed: int = 0, device="cpu"):
     return torch.cat([ei, extra], dim=1).to(device), n
 
 
+def leaves_graph(n: int = 40, targets: int = 8, q: int = 60, seed: int = 1):
+    """Edges into the first ``targets`` nodes only (with a duplicate and a self-loop),
+    as a sampled subgraph's last hop: most rows of ``A`` are empty."""
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.stack([torch.randint(0, n, (q,), generator=g), torch.randint(0, targets, (q,), generator=g)])
+    return torch.cat([ei, torch.tensor([[5, 5, 3], [2, 2, 3]])], 1), n
+
+
 @pytest.fixture
 def graph():
     return make_graph()

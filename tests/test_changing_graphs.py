@@ -23,7 +23,7 @@ from corgnn.nn.base import UnsupportedOption
 from corgnn.sparse import build
 from corgnn.sparse.formats import CSR
 
-from conftest import make_graph
+from conftest import leaves_graph, make_graph
 
 F64 = torch.float64
 
@@ -416,11 +416,14 @@ def _pyg_layers():
 
 
 @pytest.mark.parametrize("kind", list(_pyg_layers()))
-def test_explain_mask_equals_pyg_message_masking(kind):
-    """set_masks on a converted layer: the output and the mask's gradient are PyG's."""
+@pytest.mark.parametrize("few_targets", [False, True])
+def test_explain_mask_equals_pyg_message_masking(kind, few_targets):
+    """set_masks on a converted layer: the output and the mask's gradient are PyG's
+    (also where few nodes have incoming edges: SAGE and GraphConv then aggregate on
+    those rows only, with the masks in the same entry order)."""
     from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
-    ei, n = make_graph()
+    ei, n = leaves_graph() if few_targets else make_graph()
     torch.manual_seed(0)
     ref = _pyg_layers()[kind]().double()
     ours = corgnn.optimize(torch.nn.ModuleList([copy.deepcopy(ref)]))[0]

@@ -14,7 +14,7 @@ from corgnn import Graph
 from corgnn.cost.propagate import plan_propagation
 from corgnn.interop import optimize
 from corgnn.nn import UnsupportedOption
-from conftest import FAST_GRADCHECK, make_graph
+from conftest import FAST_GRADCHECK, leaves_graph, make_graph
 
 D = torch.float64
 
@@ -151,14 +151,6 @@ def test_kept_propagation_follows_the_input():
         torch.testing.assert_close(sgc(x, ei), sgc_ref(x, ei))
         assert appnp.last_plan.cached and sgc.last_plan.name == "propagate-first+cache"
         x.mul_(2.0)  # in place: a new version, the kept result must not be reused
-
-
-def leaves_graph(n: int = 40, targets: int = 8, q: int = 60, seed: int = 1):
-    """Edges into the first ``targets`` nodes only (with a duplicate and a self-loop),
-    as a sampled subgraph's last hop: most rows of ``A`` are empty."""
-    g = torch.Generator().manual_seed(seed)
-    ei = torch.stack([torch.randint(0, n, (q,), generator=g), torch.randint(0, targets, (q,), generator=g)])
-    return torch.cat([ei, torch.tensor([[5, 5, 3], [2, 2, 3]])], 1), n
 
 
 SCHEMES = ["transform-first+fused", "transform-first+split", "propagate-first+fused", "propagate-first+split", "propagate-first+split+cache"]
