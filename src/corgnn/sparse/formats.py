@@ -415,6 +415,7 @@ class CSR(SparseFormat):
     _row: torch.Tensor | None = field(default=None, init=False)
     _csc: "CSC | None" = field(default=None, init=False)
     _plans: dict = field(default_factory=dict, init=False)
+    _rows: "tuple[torch.Tensor, CSR] | None" = field(default=None, init=False)  # nonempty_rows() of these values
 
     name = "csr"
 
@@ -498,8 +499,10 @@ class CSR(SparseFormat):
         every other row, so a product that only needs ``A X``'s rows runs on ``r``
         rows: a neighbour-sampled subgraph's last hop (most of its nodes) has no
         incoming edges. The pattern is built once per matrix (cached with the
-        plans); each call returns it with this matrix's values (O(1)).
+        plans), ``A_r`` once per matrix object (a dictionary read after that).
         """
+        if self._rows is not None:
+            return self._rows
         pattern = self._plans.get("rows")
         if pattern is None:
             rows = (self.rowptr[1:] != self.rowptr[:-1]).nonzero().squeeze(1)
@@ -510,7 +513,8 @@ class CSR(SparseFormat):
                 renumber[rows] = torch.arange(rows.numel(), device=self.device)
                 pattern.set_row_plan(True, walk[0], renumber[walk[1]], walk[2])
             pattern = self._plans["rows"] = (rows, pattern)
-        return pattern[0], pattern[1].with_values(self.val)
+        self._rows = (pattern[0], pattern[1].with_values(self.val))
+        return self._rows
 
     def to_coo(self) -> COO:
         return COO(self.row(), self.col, self.val, self.shape, sorted=True, check=False)
