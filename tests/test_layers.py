@@ -180,6 +180,18 @@ def test_graphconv_on_the_rows_with_entries_matches_pyg_with_edge_weight_grad(sc
     assert ours.last_plan.rows == 8
 
 
+@pytest.mark.parametrize("cls", ["SAGEConv", "GraphConv"])
+def test_rows_with_entries_with_sparse_features_match_pyg(cls):
+    """Bag-of-words features (used as a CSR: SpMM transforms) on a graph with few
+    targets: the root term over the sparse features takes the aggregated rows in place."""
+    ei, n = leaves_graph(n=400, targets=60, q=600)
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(n, 300, generator=g) < 0.01).to(D) * torch.rand(n, 300, generator=g, dtype=D)
+    ref, ours = pair(getattr(pyg, cls), getattr(cnn, cls), 300, 16)
+    check_same(ref, ours, x, ei, calls=2)
+    assert ours.last_plan.rows == 60 and ours.last_plan.x_nnz == int((x != 0).sum())
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_rows_with_entries_gradcheck(scheme):
     ei, n = leaves_graph(n=12, targets=3, q=10)
