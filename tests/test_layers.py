@@ -94,6 +94,34 @@ def test_gin_matches_pyg(kind, train_eps, scheme):
     assert not any(isinstance(m, torch.nn.Identity) for m in ours.nn.modules())  # the Linear is back after the call
 
 
+@pytest.mark.parametrize("hooked", ["none", "sequential", "global"])
+def test_gin_runs_the_rest_of_nn_with_its_hooks(hooked):
+    """The modules after nn's first Linear run as nn's forward runs them: directly for
+    a hook-free Sequential, through nn's call (its hooks, torch's global hooks) else;
+    outputs and gradients as PyG's either way."""
+    ei, n = make_graph()
+    torch.manual_seed(0)
+    ref = pyg.GINConv(_mlp("sequential"), eps=0.25).to(D)
+    torch.manual_seed(0)
+    ours = cnn.GINConv(_mlp("sequential"), eps=0.25).to(D)
+    seen = []
+    handles = []
+    for layer in (ref, ours):
+        if hooked == "sequential":
+            handles.append(layer.nn.register_forward_hook(lambda m, i, o: seen.append(o.shape)))
+    if hooked == "global":
+        handles.append(torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: seen.append(type(m).__name__)))
+    try:
+        check_same(ref, ours, torch.randn(n, 6, dtype=D, requires_grad=True), ei)
+    finally:
+        for h in handles:
+            h.remove()
+    if hooked == "sequential":
+        assert seen == [(n, 3), (n, 3)]  # (PyG's nn, then ours)
+    elif hooked == "global":
+        assert seen.count("Sequential") == 2 and seen.count("ReLU") == 2
+
+
 def test_gin_with_a_parametrized_first_linear_matches_pyg():
     """The layers read their Linears' weights from the parameter dict (no
     ``Module.__getattr__`` per read); a ``torch.nn.utils.parametrize`` weight (here

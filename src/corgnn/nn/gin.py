@@ -78,10 +78,11 @@ def _run_without(net: nn.Module, container: nn.Module, key: str, h: torch.Tensor
 
 
 def _has_hooks(module: nn.Module) -> bool:
-    """Whether calling ``module`` runs hooks besides its ``forward`` (its own or
-    torch's global module hooks)."""
+    """Whether calling ``module`` runs more than its ``forward``: hooks (its own or
+    torch's global module hooks), or a compiled forward (``module.compile()``)."""
     return bool(
-        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
+        getattr(module, "_compiled_call_impl", None) is not None  # (module.compile(): its call runs the compiled forward)
+        or module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
         or nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
         or nn.modules.module._global_backward_hooks or nn.modules.module._global_backward_pre_hooks
     )
