@@ -87,7 +87,11 @@ class _AggregateLinear(CorgnnConv):
         features, after ``project``) on ``graph`` now, with every scheme's cost
         (``rows``: the rows it runs on, :meth:`target_rows`)."""
         A = self.adjacency(graph, x.dtype)
-        rows = self.target_rows(A)[0]
+        return self._plan(graph, x, x_nnz, A, self.target_rows(A)[0])
+
+    def _plan(self, graph: Graph, x, x_nnz: int | None, A, rows: torch.Tensor | None) -> GCNPlan:
+        """:meth:`plan` for the matrix ``A`` and its :meth:`target_rows` ``rows``, as
+        the forward has them already."""
         dense = isinstance(x, torch.Tensor)
         x_grad = dense and x.requires_grad
         training = self._backward_will_run(x_grad)
@@ -121,10 +125,10 @@ class _AggregateLinear(CorgnnConv):
         if proj is not None:  # PyG's project: relu(lin(x)) is what gets aggregated
             src, src_sparse = torch.relu(feature_transform(dense, proj.weight, xs) + proj.bias), None
         A = self.adjacency(graph, dtype)
-        plan = self.plan(graph, src if src is not None else SparseView(dtype), None if src_sparse is None else src_sparse.nnz)
+        rows, A_rows = self.target_rows(A)
+        plan = self._plan(graph, src if src is not None else SparseView(dtype), None if src_sparse is None else src_sparse.nnz, A, rows)
         self.last_plan = plan
         weight, bias = weight_and_bias(submodule(self, self._agg))
-        rows, A_rows = self.target_rows(A)
         root = self._modules.get(self._root)
         if rows is None:
             out = GCNFunction.apply(src, weight, bias, A, plan.scheme, src_sparse, self._edge_values(graph, A))
