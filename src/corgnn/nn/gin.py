@@ -80,12 +80,14 @@ def _run_without(net: nn.Module, container: nn.Module, key: str, h: torch.Tensor
 def _has_hooks(module: nn.Module) -> bool:
     """Whether calling ``module`` runs more than its ``forward``: hooks (its own or
     torch's global module hooks), or a compiled forward (``module.compile()``)."""
-    return bool(
-        getattr(module, "_compiled_call_impl", None) is not None  # (module.compile(): its call runs the compiled forward)
-        or module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
-        or nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
-        or nn.modules.module._global_backward_hooks or nn.modules.module._global_backward_pre_hooks
-    )
+    own = ("_compiled_call_impl", "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    # (torch's own attribute names: one missing in another torch version counts as a
+    # hook, so the call then goes through the module's __call__, never skipping one)
+    return any(getattr(module, name, True) for name in own) or any(getattr(nn.modules.module, name, True) for name in _GLOBAL_HOOKS)
+
+
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
+"""torch's process-wide module hook registries (``torch.nn.modules.module``)."""
 
 
 class _DiagonalMask(Uncopied):
