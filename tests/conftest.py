@@ -28,7 +28,16 @@ Jacobian instead of every entry when each kernel call is interpreted (full Jacob
 took minutes per test there); exact entry-by-entry checks everywhere else."""
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
-TRITON = pytest.param("triton", marks=pytest.mark.skipif(not HAS_TRITON, reason="the triton package is not installed"))
+TRITON_ON_CPU = HAS_TRITON and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+"""Whether the triton backend runs CPU tensors here (through Triton's interpreter):
+always without a GPU; on a CUDA machine only when ``TRITON_INTERPRET=1`` is set."""
+needs_triton_on_cpu = pytest.mark.skipif(
+    not TRITON_ON_CPU,
+    reason="the triton backend on CPU tensors needs Triton's interpreter, which a CUDA machine leaves off "
+    "(TRITON_INTERPRET unset); there `corgnn bench gpu-check --device cuda` runs every layer on the kernels"
+    if HAS_TRITON else "the triton package is not installed",
+)
+TRITON = pytest.param("triton", marks=needs_triton_on_cpu)
 KERNEL_BACKENDS = ["numba", "torch", TRITON]
 """Every backend that runs on CPU tensors (triton through its interpreter)."""
 

@@ -19,19 +19,21 @@ def test_dry_run_prints_the_plan_within_budget(tmp_path, capsys):
     assert main(["bench", "gpu", "--dry-run", "--root", str(tmp_path / "data"), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     steps = gpu.plan(out, str(tmp_path / "data"))
-    assert [s.name for s in steps] == ["tests", "spmm", "spmm-cusparse", "gcn", "gat"]
+    assert [s.name for s in steps] == ["check", "tests", "spmm", "spmm-cusparse", "gcn", "gat"]
     for s in steps:
         assert s.command() in text
-        if s.name != "tests":  # every bench on CUDA, reading the given data root, writing under out
+        if s.name == "check":
+            assert "gpu-check --device cuda" in s.command() and f"--out {out.resolve() / 'check'}" in s.command()
+        elif s.name != "tests":  # every bench on CUDA, reading the given data root, writing under out
             assert "--device cuda" in s.command() and f"--root {tmp_path / 'data'}" in s.command()
             assert f"--out {out.resolve() / s.name}" in s.command()
-    assert dict(steps[0].env)["CORGNN_DATA"] == str(tmp_path / "data")
+    assert dict(steps[1].env)["CORGNN_DATA"] == str(tmp_path / "data")
     assert all((gpu.CHECKOUT / f).exists() for f in gpu.TEST_FILES)
     total = sum(s.minutes for s in steps)
     assert total <= gpu.BUDGET_MIN and f"at most {total:.0f} min" in text
     assert not out.exists()  # a dry run writes nothing
     quick = gpu.plan(out, None, quick=True)
-    assert sum(s.minutes for s in quick) < total and all("--quick" in s.argv for s in quick if s.name != "tests")
+    assert sum(s.minutes for s in quick) < total and all("--quick" in s.argv for s in quick if s.name not in ("tests", "check"))
 
 
 def test_run_steps_records_status_logs_and_summaries(tmp_path):
@@ -69,3 +71,22 @@ def test_only_selects_steps(tmp_path, capsys):
     assert gpu.main(["--dry-run", "--only", "gcn,gat", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "2 steps" in text and "bench gcn" in text and "bench spmm" not in text and sys.executable not in text
+
+
+def test_minutes_fit_the_steps_to_a_lease(tmp_path, capsys):
+    """``--minutes``: the allotments scaled down to the lease, the benches' deadlines
+    with them (each still stops before its kill), never scaled up."""
+    full = gpu.plan(tmp_path, None)
+    fitted = gpu.plan(tmp_path, None, minutes=9)
+    assert [s.name for s in fitted] == [s.name for s in full]
+    assert sum(s.minutes for s in fitted) == pytest.approx(9)
+    for a, b in zip(full, fitted):
+        assert b.minutes == pytest.approx(a.minutes * 9 / sum(s.minutes for s in full))
+        if "--deadline-min" in b.argv:
+            deadline = float(b.argv[b.argv.index("--deadline-min") + 1])
+            assert 0 < deadline < b.minutes
+    assert [s.minutes for s in gpu.fit(full, 1000)] == [s.minutes for s in full]
+    with pytest.raises(ValueError, match="minutes must be positive"):
+        gpu.fit(full, 0)
+    assert gpu.main(["--dry-run", "--only", "check,gcn", "--minutes", "3", "--out", str(tmp_path)]) == 0
+    assert "at most 3 min" in capsys.readouterr().out

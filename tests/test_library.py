@@ -30,13 +30,19 @@ def test_available_backends_lists_reasons():
     assert (av["triton"] is None) if HAS_TRITON else ("not installed" in av["triton"])
 
 
-def test_cuda_dispatch_prefers_triton_and_falls_back_with_reason(monkeypatch):
+def test_cuda_dispatch_order_and_fallback_with_reason(monkeypatch):
+    """CUDA: cuSPARSE for the single-head row-plan SpMM (measured faster than the
+    Triton SpMM on an H100, benchmarks/results/gpu-h100-20261127), Triton for every
+    other op, the torch gather fallback last."""
     monkeypatch.delenv(ENV_VAR, raising=False)  # (automatic dispatch, also in CI's forced-Triton pass)
     from corgnn.sparse import dispatch
     from corgnn.sparse.backends import TritonBackend
 
+    assert dispatch.PRIORITY["cuda"] == ("cusparse", "triton", "torch")
+    assert select(Case("spmm_rows", "cuda", torch.float32)).name == "cusparse"
     if HAS_TRITON:
-        assert select(Case("spmm_rows", "cuda", torch.float32)).name == "triton"
+        assert select(Case("spmm_rows", "cuda", torch.bfloat16)).name == "triton"  # (cuSPARSE through torch: no bfloat16)
+        assert select(Case("spmm_rows", "cuda", torch.float32, 4)).name == "triton"  # semi-batched
         assert select(Case("gat_attention", "cuda", torch.bfloat16, 8)).name == "triton"
     with pytest.raises(ValueError, match="triton: kernels take float32/float64/float16/bfloat16, got torch.complex64"):
         select(Case("spmm_rows", "cuda", torch.complex64))
@@ -44,7 +50,7 @@ def test_cuda_dispatch_prefers_triton_and_falls_back_with_reason(monkeypatch):
     monkeypatch.setattr(TritonBackend, "supports", lambda self, case: "declined for this test")
     monkeypatch.setattr(dispatch, "_SELECTED", {})
     assert select(Case("sddmm_rows", "cuda", torch.float32)).name == "torch"
-    # ... after cusparse, for the single-head SpMM it runs (PRIORITY: triton, cusparse, torch)
+    # the single-head SpMM still runs on cusparse, the semi-batched one on the fallback
     assert select(Case("spmm_rows", "cuda", torch.float32)).name == "cusparse"
     assert select(Case("spmm_rows", "cuda", torch.float32, 4)).name == "torch"
     with use_backend("triton"), pytest.raises(ValueError, match="triton: declined for this test"):

@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from conftest import HAS_TRITON
+from conftest import HAS_TRITON, needs_triton_on_cpu
 
 pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="the triton package is not installed")
 
@@ -57,6 +57,7 @@ def test_kernels_are_triton_ops_with_the_library_fakes(name, triton_ops):
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
 
 
+@needs_triton_on_cpu
 @pytest.mark.parametrize("case", ["hub", "odd", "duplicates"])
 @pytest.mark.parametrize("heads", [None, 3])
 @pytest.mark.parametrize("transpose", [False, True])
@@ -80,6 +81,7 @@ def test_long_rows_are_split_across_programs(case, heads, transpose, triton_ops,
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+@needs_triton_on_cpu
 def test_padded_entry_arrays_of_the_compiled_adjacency(triton_ops, monkeypatch):
     """Per-entry arrays padded past ``ptr[-1]`` (``corgnn.graph`` compile path): the
     padding is never walked, padded per-entry outputs are 0."""
@@ -101,6 +103,7 @@ def test_padded_entry_arrays_of_the_compiled_adjacency(triton_ops, monkeypatch):
 
 
 # ------------------------------------------------------------------ layers vs PyG
+@needs_triton_on_cpu
 @pytest.mark.parametrize("scheme", test_gcn.SCHEMES)
 def test_gcn_layer_matches_pyg_on_triton(scheme):
     with use_backend("triton"):
@@ -108,6 +111,7 @@ def test_gcn_layer_matches_pyg_on_triton(scheme):
         test_gcn.test_matches_pyg_float64(scheme, 3, 8, False, False)
 
 
+@needs_triton_on_cpu
 @pytest.mark.parametrize("cache", test_gat.SCHEMES)
 def test_gat_layer_matches_pyg_on_triton(cache):
     with use_backend("triton"):
@@ -115,12 +119,14 @@ def test_gat_layer_matches_pyg_on_triton(cache):
         test_gat.test_matches_pyg_float64(cache, 1, False)
 
 
+@needs_triton_on_cpu
 @pytest.mark.parametrize("fmt", ["coo", "csc", "ell", "hybrid"])
 def test_gat_formats_on_triton(fmt):
     with use_backend("triton"):
         test_gat.test_formats_agree(fmt)
 
 
+@needs_triton_on_cpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_accumulates_in_float32(dtype):
     """bfloat16/float16 operands: kernels accumulate in float32 (as cuSPARSE and PyG),
@@ -187,6 +193,7 @@ except ValueError as e:
     assert forced.returncode != 0 and "TRITON_INTERPRET=1" in forced.stderr
 
 
+@needs_triton_on_cpu
 def test_compile_traces_a_backends_traceable_op(monkeypatch):
     """Under ``torch.compile`` a library op is replaced by the selected backend's
     traceable form (how Inductor sees the Triton kernels on a GPU; the interpreter
@@ -220,3 +227,24 @@ def test_compile_traces_a_backends_traceable_op(monkeypatch):
     assert calls, "the traceable op was not used"
     torch.testing.assert_close(got, 2 * (dense(A) @ B))
     torch._dynamo.reset()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: host syncs exist on a GPU only")
+def test_training_steps_make_no_host_sync_on_cuda():
+    """After the first call (graph build, plans), a GCN and a GAT training step on
+    CUDA make no host sync: each is a stall of the whole pipeline (on an H100 the
+    GAT kernels' constants once cost 4 per step)."""
+    torch.manual_seed(0)
+    ei = torch.randint(0, 300, (2, 3000), device="cuda")
+    x = torch.randn(300, 16, device="cuda")
+    import corgnn
+
+    for model in (corgnn.nn.GCN(16, 32, 4), corgnn.nn.GAT(16, 8, 4, heads=4)):
+        model = model.cuda()
+        for step in range(2):
+            if step:
+                torch.cuda.set_sync_debug_mode("error")
+            try:
+                model(x, ei).square().sum().backward()
+            finally:
+                torch.cuda.set_sync_debug_mode(0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from . import clients, distributed, gpu, runner, spmm, triton_aot
+from . import clients, distributed, gpu, gpu_check, runner, spmm, triton_aot
 from .experiments import EXPERIMENTS
 
 
@@ -30,6 +30,7 @@ def add_arguments(p) -> None:
         ("distributed", "halo bytes and epoch time of partitioned GCN training, 1..N local processes", distributed.add_arguments, distributed.run),
         ("clients", "PyG's examples/gcn.py and gat.py on Cora with and without optimize()", clients.add_arguments, clients.run),
         ("gpu", "the whole GPU evaluation (tests, spmm, GCN and GAT vs PyG on CUDA) into benchmarks/results/<gpu>-<date>", gpu.add_arguments, gpu.run),
+        ("gpu-check", "corgnn's layers vs PyG's on one device (every GCN scheme, GAT cache and format, SAGE/GraphConv/GIN/SGC/APPNP): outputs and gradients", gpu_check.add_arguments, gpu_check.run),
         ("triton-aot", "compile every Triton kernel specialization for sm_80/sm_90 (no GPU needed): registers, spills, shared memory", triton_aot.add_arguments, triton_aot.run),
     ]
     commands += [(e.name, e.help, runner.add_common_arguments, partial(runner.run_experiments, [e])) for e in EXPERIMENTS]

@@ -6,6 +6,8 @@ or hanging step does not stop the others; each is killed at its allotment):
 =================  ==================================================================
 step               command
 =================  ==================================================================
+``check``          ``corgnn bench gpu-check --device cuda``: every layer, scheme,
+                   cache and format against PyG's on the GPU (outputs, gradients)
 ``tests``          ``pytest`` on the op and layer tests (their CUDA parametrisations
                    run when CUDA is available); JUnit XML and the log kept
 ``spmm``           ``corgnn bench spmm --device cuda`` (automatic backend: triton)
@@ -44,7 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Step", "TEST_FILES", "plan", "run_steps", "add_arguments", "run", "gpu_slug"]
+__all__ = ["Step", "TEST_FILES", "plan", "fit", "run_steps", "add_arguments", "run", "gpu_slug"]
 
 TEST_FILES = (
     "tests/test_sparse.py", "tests/test_library.py", "tests/test_triton.py", "tests/test_cusparse.py",
@@ -83,11 +85,12 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
 
 
-def plan(out: Path, root: str | None = None, quick: bool = False) -> list[Step]:
+def plan(out: Path, root: str | None = None, quick: bool = False, minutes: float | None = None) -> list[Step]:
     """The steps, their commands writing under ``out``, with ``root`` (data root) passed on.
 
     ``quick``: each bench at its ``--quick`` preset (a check that everything runs,
-    at most 18 minutes by the allotments).
+    at most 20 minutes by the allotments). ``minutes``: the allotments scaled down to
+    fit that many minutes (:func:`fit`; a short device lease).
     """
     out = out.resolve()
     root = str(Path(root).resolve()) if root else None
@@ -100,7 +103,9 @@ def plan(out: Path, root: str | None = None, quick: bool = False) -> list[Step]:
     # CPU cores, bounded here by --deadline-min (cells not started by then are recorded
     # as missing), one minute under the allotment for the report.
     gcn_min, gat_min = (4.0, 4.0) if quick else (9.0, 9.0)
-    return [
+    steps = [
+        Step("check", (*bench, "gpu-check", "--device", "cuda", "--out", str(out / "check")), 2.5,
+             "corgnn's layers vs PyG's on CUDA: every GCN scheme, GAT cache and format, SAGE/GraphConv/GIN/SGC/APPNP, outputs and gradients"),
         Step("tests", ("-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={out / 'tests.xml'}", *(str(CHECKOUT / f) for f in TEST_FILES)), 6.0,
              "op and layer tests (CUDA parametrisations included)", env),
         Step("spmm", (*bench, "spmm", "--device", "cuda", "--out", str(out / "spmm"), *data, *q), 5.0 if not quick else 2.0,
@@ -113,6 +118,28 @@ def plan(out: Path, root: str | None = None, quick: bool = False) -> list[Step]:
         Step("gat", (*bench, "gat", "--device", "cuda", "--deadline-min", f"{gat_min - 1:g}", "--out", str(out / "gat"), "--no-progress", *data, *q), gat_min,
              "2-layer 8-head GAT vs PyG COO/CSR/compiled/fused, time and peak memory"),
     ]
+    return steps if minutes is None else fit(steps, minutes)
+
+
+def fit(steps: list[Step], minutes: float) -> list[Step]:
+    """The steps with their allotments scaled down to sum to ``minutes`` (never up);
+    the benches' ``--deadline-min`` follows their allotment (a quarter of it, at most
+    one minute, left for the report).
+
+    Raises:
+        ValueError: ``minutes`` not positive.
+    """
+    if not minutes > 0:
+        raise ValueError(f"minutes must be positive, got {minutes}")
+    scale = min(1.0, minutes / sum(s.minutes for s in steps))
+    fitted = []
+    for s in steps:
+        m = s.minutes * scale
+        argv = list(s.argv)
+        if "--deadline-min" in argv:
+            argv[argv.index("--deadline-min") + 1] = f"{m - min(1.0, m / 4):.2f}"
+        fitted.append(Step(s.name, tuple(argv), m, s.what, s.env))
+    return fitted
 
 
 def _test_counts(log: str) -> str:
@@ -168,6 +195,7 @@ def add_arguments(p) -> None:
     p.add_argument("--out", type=Path, default=None, help="output directory (default benchmarks/results/<gpu>-<date>)")
     p.add_argument("--quick", action="store_true", help="every bench at its --quick preset (at most 18 minutes by the allotments)")
     p.add_argument("--only", default=None, help="comma-separated step names to run (default all)")
+    p.add_argument("--minutes", type=float, default=None, help="scale the chosen steps' allotments down to fit this many minutes (a short device lease)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate, run nothing (any machine)")
 
 
@@ -175,7 +203,8 @@ def run(args) -> int:
     """Plan (and unless ``--dry-run`` run) the GPU evaluation.
 
     Raises:
-        ValueError: unknown ``--only`` step; no CUDA device (without ``--dry-run``).
+        ValueError: unknown ``--only`` step; ``--minutes`` not positive; no CUDA
+            device (without ``--dry-run``).
     """
     import torch
 
@@ -191,6 +220,8 @@ def run(args) -> int:
         if unknown:
             raise ValueError(f"--only: unknown steps {unknown}; choose from {[s.name for s in steps]}")
         steps = [s for s in steps if s.name in names]
+    if args.minutes is not None:
+        steps = fit(steps, args.minutes)
     total = sum(s.minutes for s in steps)
     print(f"corgnn bench gpu on {gpu}: {len(steps)} steps, writing to {out}")
     for s in steps:

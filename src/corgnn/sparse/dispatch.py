@@ -42,7 +42,7 @@ ENV_VAR = "CORGNN_BACKEND"
 
 PRIORITY: dict[str, tuple[str, ...]] = {
     "cpu": ("numba", "torch"),
-    "cuda": ("triton", "cusparse", "torch"),  # cusparse after triton until a GPU measurement ranks them
+    "cuda": ("cusparse", "triton", "torch"),  # cusparse first: measured faster than the Triton SpMM on an H100 (benchmarks/results/gpu-h100-20261127)
 }
 """Backends tried in order, per device type; other device types use ``("torch",)``."""
 

@@ -24,6 +24,7 @@ compiles for sm_80/sm_90, see ``corgnn bench triton-aot`` and benchmarks/README.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -205,10 +206,26 @@ def edge_softmax_rows(ptr, perm, scores):
 # ------------------------------------------------------------------------------ GAT
 
 
+@functools.lru_cache(maxsize=64)
+def _device_pair(a: float, b: float, device: torch.device) -> Tensor:
+    return torch.tensor([a, b], dtype=torch.float64, device=device)
+
+
+def _pair(a: float, b: float, ref: Tensor) -> Tensor:
+    """The float64 tensor ``[a, b]`` on ``ref``'s device, made once per values and
+    device: building it per call is a pageable host-to-device copy, a host sync on
+    CUDA (measured on an H100: 4 per GAT training step). Made fresh while tracing
+    (``ref`` a fake or functional tensor, or under ``torch.compile``), where a kept
+    real tensor may not enter the graph."""
+    if type(ref) is not torch.Tensor or torch.compiler.is_compiling():
+        return torch.tensor([a, b], dtype=torch.float64, device=ref.device)
+    return _device_pair(float(a), float(b), ref.device)
+
+
 def _consts(negative_slope: float, p: float, M: Tensor) -> tuple[Tensor, int]:
     """The float64 ``[slope, scale]`` tensor the GAT kernels read, and the dropout threshold."""
     thresh, scale, _, _ = dropout_kernel_args(p, torch.zeros(1, dtype=torch.long))
-    return torch.tensor([negative_slope, scale], dtype=torch.float64, device=M.device), thresh
+    return _pair(negative_slope, scale, M), thresh
 
 
 @_register("gat_attention")
@@ -315,12 +332,13 @@ LAUNCHERS["gat_head_weighted_sums"] = TorchBackend().gat_head_weighted_sums
 # ---------------------------------------------------------- dot-product attention
 
 
-def _dot_consts(scale: float, p: float, seed: Tensor, device) -> tuple[Tensor, Tensor, int]:
+def _dot_consts(scale: float, p: float, seed: Tensor, ref: Tensor) -> tuple[Tensor, Tensor, int]:
     """The float64 ``[scale, dropout scale]`` tensor, the int64 ``[seed_lo, seed_hi]``
-    tensor (device ops, no host sync) and the dropout threshold the attention kernels read."""
+    tensor (device ops, no host sync) and the dropout threshold the attention kernels
+    read; on ``ref``'s device."""
     thresh, dscale, _, _ = dropout_kernel_args(p, torch.zeros(1, dtype=torch.long))
-    halves = torch.cat([seed.reshape(1) & 0xFFFFFFFF, (seed.reshape(1) >> 32) & 0xFFFFFFFF]).to(device)
-    return torch.tensor([scale, dscale], dtype=torch.float64, device=device), halves, thresh
+    halves = torch.cat([seed.reshape(1) & 0xFFFFFFFF, (seed.reshape(1) >> 32) & 0xFFFFFFFF]).to(ref.device)
+    return _pair(scale, dscale, ref), halves, thresh
 
 
 def _edge_args(Qe, attr, ref: Tensor) -> tuple[Tensor, Tensor, int]:
@@ -340,7 +358,7 @@ def transformer_attention(ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, wan
     Ae = torch.zeros((0, H, 0) if attr is None else (n, H, attr.shape[1]), dtype=Q.dtype, device=Q.device)
     if out.numel() == 0:
         return out, lse, alpha, Ae
-    consts, halves, thresh = _dot_consts(scale, p, seed, Q.device)
+    consts, halves, thresh = _dot_consts(scale, p, seed, Q)
     Qe_, attr_, F = _edge_args(Qe, attr, lse)
     wrap_triton(TK.dot_attention_forward_kernel)[(n, H)](
         ptr, idx, idx if perm is None else perm, Q.contiguous(), K.contiguous(), V.contiguous(), Qe_, attr_, lse,
@@ -366,7 +384,7 @@ def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V
     dattr = torch.zeros((0, 0) if attr is None else tuple(attr.shape), dtype=Q.dtype, device=Q.device)
     if Q.numel() == 0 and K.numel() == 0:
         return dQ, dK, dV, dQe, dattr
-    consts, halves, thresh = _dot_consts(scale, p, seed, Q.device)
+    consts, halves, thresh = _dot_consts(scale, p, seed, Q)
     G, Q, K, V = G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous()
     Qe_, attr_, F = _edge_args(Qe, attr, de)
     Ge_ = Ge.contiguous() if attr is not None else de
