@@ -19,7 +19,7 @@ def test_dry_run_prints_the_plan_within_budget(tmp_path, capsys):
     assert main(["bench", "gpu", "--dry-run", "--root", str(tmp_path / "data"), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     steps = gpu.plan(out, str(tmp_path / "data"))
-    assert [s.name for s in steps] == ["check", "tests", "spmm", "spmm-cusparse", "gcn", "gat"]
+    assert [s.name for s in steps] == ["check", "tests", "spmm", "spmm-cusparse", "gcn", "gcn-compiled", "gat", "gat-compiled"]
     for s in steps:
         assert s.command() in text
         if s.name == "check":
@@ -34,6 +34,7 @@ def test_dry_run_prints_the_plan_within_budget(tmp_path, capsys):
     assert not out.exists()  # a dry run writes nothing
     quick = gpu.plan(out, None, quick=True)
     assert sum(s.minutes for s in quick) < total and all("--quick" in s.argv for s in quick if s.name not in ("tests", "check"))
+    assert "bench gcn --variants pyg-coo-compiled" in steps[5].command() and "--no-compile" in steps[4].command()
 
 
 def test_run_steps_records_status_logs_and_summaries(tmp_path):
@@ -90,3 +91,32 @@ def test_minutes_fit_the_steps_to_a_lease(tmp_path, capsys):
         gpu.fit(full, 0)
     assert gpu.main(["--dry-run", "--only", "check,gcn", "--minutes", "3", "--out", str(tmp_path)]) == 0
     assert "at most 3 min" in capsys.readouterr().out
+
+
+def test_compiled_baseline_runs_apart_and_is_merged(tmp_path, monkeypatch):
+    """The compiled PyG baseline is its own step (a CUDA error in a compiled kernel
+    ends only that process) and its rows replace the ``--no-compile`` placeholders of
+    the eager run, whose summary is rebuilt with them; cells it did not record keep
+    the placeholder, saying why. (The compiled rows here are the eager run's pyg-coo
+    rows renamed: the merge, not torch.compile, is under test.)"""
+    from corgnn.bench import report
+
+    steps = {s.name: s for s in gpu.plan(tmp_path, None)}
+    assert "--no-compile" in steps["gat"].argv and steps["gat-compiled"].merge_into == "gat"
+    assert steps["gat-compiled"].argv[steps["gat-compiled"].argv.index("--variants") + 1] == gpu.COMPILED
+    main_dir, comp_dir = tmp_path / "gat", tmp_path / "gat-compiled"
+    assert main(["bench", "gat", "--tiny", "--no-compile", "--no-progress", "--variants", "corgnn,pyg-coo,pyg-coo-compiled", "--out", str(main_dir)]) == 0
+    rows, meta = report.read_results(main_dir)
+    placeholders = [r for r in rows if r["variant"] == gpu.COMPILED]
+    assert placeholders and all(r["status"] != "ok" for r in placeholders)
+    fake = [dict(r, variant=gpu.COMPILED) for r in rows if r["variant"] == "pyg-coo" and r["hidden"] == 2]
+    report.write_results(fake, comp_dir, meta)
+    done = gpu.merge_compiled(main_dir, comp_dir, "gat-compiled.log")
+    assert done == f"{len(fake)} compiled rows merged into gat/"
+    merged, _ = report.read_results(main_dir)
+    compiled = [r for r in merged if r["variant"] == gpu.COMPILED]
+    assert sorted(r["status"] for r in compiled if r["hidden"] == 2) == ["ok"] * len(fake)
+    assert all("recorded nothing" in r["reason"] for r in compiled if r["hidden"] == 4)
+    assert len(merged) == len(rows)
+    assert "comp" in (main_dir / "summary.md").read_text()  # the rebuilt summary sees the compiled baseline
+    assert gpu.merge_compiled(tmp_path / "none", comp_dir, "x.log").startswith("nothing")
