@@ -19,7 +19,8 @@ def test_dry_run_prints_the_plan_within_budget(tmp_path, capsys):
     assert main(["bench", "gpu", "--dry-run", "--root", str(tmp_path / "data"), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     steps = gpu.plan(out, str(tmp_path / "data"))
-    assert [s.name for s in steps] == ["check", "tests", "spmm", "spmm-cusparse", "gcn", "gcn-compiled", "gat", "gat-compiled"]
+    assert [s.name for s in steps] == ["check", "tests", "spmm", "spmm-cusparse", "gcn", "gcn-compiled", "gat", "gat-compiled",
+                                         "gatv2", "gatv2-compiled", "transformer", "transformer-compiled"]
     for s in steps:
         assert s.command() in text
         if s.name == "check":

@@ -305,12 +305,15 @@ def _op_samples():
             (ptr, idx, None, r(n, H, f), r(m, H, f), r(m, H, f), None, None, 0.5, 0.0, seed, True),
             (tptr, tidx, tperm, r(m, H, f), r(n, H, f), r(n, H, f), r(m, H, 2), r(csr.nnz, 2), 0.5, 0.3, seed, False),
         ],
-        "transformer_attention_backward": [
-            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), None, None, None, None, r(n, H), 0.5, 0.3, seed),
-            (ptr, idx, None, tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), r(n, H, 2), r(n, H, 2), r(csr.nnz, 2),
-             r(csr.nnz, H), None, 0.5, 0.0, seed),
-            # (one gradient for every head, and the cached attention without dropout)
-            (ptr, idx, None, tptr, tidx, tperm, r(n, 1, f), r(n, H, f), r(m, H, f), r(m, H, f), None, None, None, r(csr.nnz, H), None, 0.5, 0.0, seed),
+        "transformer_attention_backward_rows": [
+            (ptr, idx, None, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), None, None, None, None, r(n, H), 0.5, 0.3, seed),
+            (ptr, idx, None, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), r(n, H, 2), r(n, H, 2), r(csr.nnz, 2), r(csr.nnz, H), None, 0.5, 0.0, seed),
+            # (one gradient for every head, and the cached attention without dropout: no ad written)
+            (ptr, idx, None, r(n, 1, f), r(n, H, f), r(m, H, f), r(m, H, f), None, None, None, r(csr.nnz, H), None, 0.5, 0.0, seed),
+        ],
+        "transformer_attention_backward_cols": [
+            (tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(csr.nnz, 2, H), None, 0.5),
+            (tptr, tidx, tperm, r(n, 1, f), r(n, H, f), r(csr.nnz, 1, H), r(csr.nnz, H), 0.5),
         ],
     }
 

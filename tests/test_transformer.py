@@ -553,6 +553,63 @@ def test_saved_tensors_are_the_plans(cache, edge_dim):
     assert sum(saved.values()) == want + 8  # + the attention-dropout seed (one int64), not a mask
 
 
+@pytest.mark.parametrize("cache", ["features", "row_stats", "edge_weights"])
+def test_backward_drops_its_cache_once_used_unless_the_graph_is_kept(cache):
+    """A backward that frees the graph drops the kept Q, K, V (and alpha/lse) as soon
+    as it has used them: K and V before dK and dV exist, so its peak of memory is at
+    least their size lower than with the graph kept (retain_graph=True, where they
+    stay for a second backward, which then gives the same gradients again). Under
+    saved-tensor hooks (save_on_cpu) they are saved tensors and the hooks see them."""
+    from corgnn.bench.harness import track_peak
+
+    torch.manual_seed(0)
+    n, q, H, C = 3000, 30000, 8, 8
+    ei = torch.randint(0, n, (2, q))
+    layer = TransformerConv(32, C, heads=H, root_weight=False)
+    layer.cache = cache
+    x = torch.randn(n, 32)
+    g = torch.randn(n, H * C)
+    used = [p for name, p in layer.named_parameters() if not name.startswith("lin_skip")]  # (root_weight=False)
+
+    def grads(**kw):
+        layer.zero_grad(set_to_none=True)
+        with track_peak(torch.device("cpu")) as peak:  # (the whole step: it counts frees of what it allocated)
+            out = layer(x, ei)
+            out.backward(g, **kw)
+        return peak.bytes, out, [p.grad.clone() for p in used]
+
+    grads()  # (plans and graph built)
+    freed, out1, g1 = grads()
+    kept, out2, g2 = grads(retain_graph=True)
+    kv = 2 * n * H * C * 4
+    assert freed <= kept - 0.9 * kv, (freed, kept, kv)
+    out2.backward(g)  # the kept graph's second backward: the same gradients again
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for p, a in zip(used, g2):
+        torch.testing.assert_close(p.grad, 2 * a, rtol=1e-6, atol=1e-6)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out1.backward(g)  # (a freed graph: torch's own error)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        layer.zero_grad(set_to_none=True)
+        layer(x, ei).backward(g)
+    assert torch.Size([n, H, C]) in saved  # (Q, K, V went through the hooks)
+    for p, a in zip(used, g1):
+        torch.testing.assert_close(p.grad, a, rtol=1e-5, atol=1e-6)
+
+
+def test_backward_walks_split_errors():
+    from corgnn.sparse.attention_dot import dot_attention_backward_cols
+
+    A = corgnn.sparse.CSR.from_coo(torch.tensor([0, 1, 1]), torch.tensor([1, 0, 2]), None, (3, 3))
+    Q, G = torch.randn(3, 2, 4), torch.randn(3, 2, 4)
+    with pytest.raises(ValueError, match="ea: expected"):
+        dot_attention_backward_cols(A, G, Q, torch.randn(3, 3, 2), None, 0.5)
+    with pytest.raises(ValueError, match="alpha: ea holds de alone"):
+        dot_attention_backward_cols(A, G, Q, torch.randn(3, 1, 2), None, 0.5)
+
+
 # ---------------------------------------------------------------------------- errors
 def test_bad_input_errors():
     ei, n = make_graph()

@@ -1,4 +1,5 @@
-"""``corgnn bench gpu``: the whole GPU evaluation in one command (about 35 minutes).
+"""``corgnn bench gpu``: the whole GPU evaluation in one command (about 45 minutes;
+``--minutes`` fits it, or the steps ``--only`` picks, to a shorter lease).
 
 A thin orchestration of existing pieces, each run as its own process (one failing
 or hanging step does not stop the others; each is killed at its allotment):
@@ -18,9 +19,11 @@ step               command
                    kernel where installed), peak memory from
                    ``torch.cuda.max_memory_allocated``; each stops starting cells at
                    its deadline and writes what it measured
-``gcn-compiled``,  the ``torch.compile``'d PyG baseline of the same grid in a process
-``gat-compiled``   of its own (a CUDA error in a compiled kernel ends its process
-                   only), its rows then merged into ``gcn``/``gat``'s results, whose
+``gatv2``,         the same for the attention layers beyond GAT (issue 25), half the
+``transformer``    allotments
+``*-compiled``     the ``torch.compile``'d PyG baseline of the same grid in a process
+                   of its own (a CUDA error in a compiled kernel ends its process
+                   only), its rows then merged into the eager step's results, whose
                    summary (fastest PyG per cell) is rebuilt
 =================  ==================================================================
 
@@ -66,7 +69,7 @@ the test files are read from its ``tests/``."""
 COMPILED = "pyg-coo-compiled"
 """The benches' torch.compile'd PyG variant (:data:`corgnn.bench.baselines.PYG_VARIANTS`)."""
 
-BUDGET_MIN = 35.0
+BUDGET_MIN = 45.0
 """The whole run's target (minutes); the allotments below sum to less."""
 
 
@@ -119,7 +122,7 @@ def plan(out: Path, root: str | None = None, quick: bool = False, minutes: float
     eager_min, compiled_min = (2.5, 1.5) if quick else (5.0, 4.0)
     steps = [
         Step("check", (*bench, "gpu-check", "--device", "cuda", "--out", str(out / "check")), 2.5,
-             "corgnn's layers vs PyG's on CUDA: every GCN scheme, GAT cache and format, SAGE/GraphConv/GIN/SGC/APPNP, outputs and gradients"),
+             "corgnn's layers vs PyG's on CUDA: every GCN scheme, GAT cache and format, SAGE/GraphConv/GIN/SGC/APPNP/GATv2/Transformer, outputs and gradients"),
         Step("tests", ("-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={out / 'tests.xml'}", *(str(CHECKOUT / f) for f in TEST_FILES)), 6.0,
              "op and layer tests (CUDA parametrisations included)", env),
         Step("spmm", (*bench, "spmm", "--device", "cuda", "--out", str(out / "spmm"), *data, *q), 5.0 if not quick else 2.0,
@@ -128,14 +131,17 @@ def plan(out: Path, root: str | None = None, quick: bool = False, minutes: float
                                "--out", str(out / "spmm-cusparse"), *data, *q), 3.0 if not quick else 1.5,
              "the same SpMM on the cusparse backend (ranks it against triton)"),
     ]
-    for name, what in (("gcn", "2-layer GCN vs PyG COO/CSR, time and peak memory"),
-                       ("gat", "2-layer 8-head GAT vs PyG COO/CSR/fused, time and peak memory")):
+    for name, what, share in (("gcn", "2-layer GCN vs PyG COO/CSR, time and peak memory", 1.0),
+                              ("gat", "2-layer 8-head GAT vs PyG COO/CSR/fused, time and peak memory", 1.0),
+                              ("gatv2", "2-layer 8-head GATv2 vs PyG COO/CSR, time and peak memory (issue 25's goals)", 0.5),
+                              ("transformer", "2-layer 8-head TransformerConv vs PyG COO/CSR, time and peak memory (issue 25's goals)", 0.5)):
         common = ("--device", "cuda", "--no-progress", *data, *q)
+        eager, compiled = eager_min * share, compiled_min * share
         steps += [
-            Step(name, (*bench, name, "--no-compile", "--deadline-min", f"{eager_min - 1:g}", "--out", str(out / name), *common), eager_min,
+            Step(name, (*bench, name, "--no-compile", "--deadline-min", f"{eager - min(1.0, eager / 4):g}", "--out", str(out / name), *common), eager,
                  what + " (PyG compiled: the next step)"),
-            Step(f"{name}-compiled", (*bench, name, "--variants", COMPILED, "--deadline-min", f"{compiled_min - 1:g}", "--out", str(out / f"{name}-compiled"), *common),
-                 compiled_min, f"PyG's torch.compile'd {name.upper()} in its own process, merged into {name}/", merge_into=name),
+            Step(f"{name}-compiled", (*bench, name, "--variants", COMPILED, "--deadline-min", f"{compiled - min(1.0, compiled / 4):g}", "--out", str(out / f"{name}-compiled"), *common),
+                 compiled, f"PyG's torch.compile'd {name} in its own process, merged into {name}/", merge_into=name),
         ]
     return steps if minutes is None else fit(steps, minutes)
 
@@ -247,7 +253,7 @@ def _write(out: Path, meta: dict, records: list[dict]) -> None:
 def add_arguments(p) -> None:
     p.add_argument("--root", default=None, help="data root with the real dataset files (e.g. data/, an ignored folder of the checkout)")
     p.add_argument("--out", type=Path, default=None, help="output directory (default benchmarks/results/<gpu>-<date>)")
-    p.add_argument("--quick", action="store_true", help="every bench at its --quick preset (at most 18 minutes by the allotments)")
+    p.add_argument("--quick", action="store_true", help="every bench at its --quick preset (at most 20 minutes by the allotments)")
     p.add_argument("--only", default=None, help="comma-separated step names to run (default all)")
     p.add_argument("--minutes", type=float, default=None, help="scale the chosen steps' allotments down to fit this many minutes (a short device lease)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate, run nothing (any machine)")

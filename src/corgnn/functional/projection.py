@@ -124,14 +124,42 @@ def stacked_projection_grads(grads: list, x: torch.Tensor | None, weights: tuple
             dws = tuple(dws)
         return dws, dbs, dx
     widths = [d.size(1) for d in grads]
+    if xs is None:
+        return _stacked_by_row_chunks(grads, x, weights, need_weights, need_x, need_biases)
     dP = torch.cat(grads, dim=1)
     grads.clear()
     dws = dbs = None
     if need_weights:
         # NOTE: dW = dP^T X = (X^T dP)^T: with sparse X a transposed SpMM over its non-zeros
-        dW = spmm(xs, dP, transpose=True).t() if xs is not None else torch.mm(dP.t(), x)
-        dws = dW.split(widths, dim=0)
+        dws = spmm(xs, dP, transpose=True).t().split(widths, dim=0)
     if need_biases:
         dbs = dP.sum(0).split(widths)
     dx = torch.mm(dP, torch.cat(weights)) if need_x else None
     return dws, dbs, dx
+
+
+CHUNK_BYTES = 4 << 20
+"""Rows of the stacked ``dP`` made at a time by :func:`_stacked_by_row_chunks`."""
+
+
+def _stacked_by_row_chunks(grads: list, x: torch.Tensor, weights: tuple, need_weights: bool, need_x: bool, need_biases: bool):
+    """The stacked products of dense ``x`` with ``dP``, ``dP`` made a chunk of rows at
+    a time (:data:`CHUNK_BYTES`): ``x`` is still read once, and no ``(n, sum d_i)``
+    copy of the gradients sits next to them at the step's peak of memory (the
+    transformer's backward on PubMed: 55.7 -> 43.5 MiB with its cached Q, K, V
+    dropped, -> ... with the chunks). ``dW = sum_chunks dP_c^T x_c``; ``dx_c = dP_c W``."""
+    widths = [d.size(1) for d in grads]
+    n, total = x.size(0), sum(widths)
+    rows = max(1, CHUNK_BYTES // max(1, total * grads[0].element_size()))
+    dW = x.new_zeros(total, x.size(1)) if need_weights else None
+    dx = x.new_empty(n, weights[0].size(1)) if need_x else None
+    wcat = torch.cat(weights) if need_x else None
+    for r0 in range(0, n, rows):
+        dPc = torch.cat([d[r0 : r0 + rows] for d in grads], dim=1)
+        if need_weights:
+            dW.addmm_(dPc.t(), x[r0 : r0 + rows])
+        if need_x:
+            torch.mm(dPc, wcat, out=dx[r0 : r0 + rows])
+    dbs = tuple(d.sum(0) for d in grads) if need_biases else None
+    grads.clear()
+    return (dW.split(widths, dim=0) if need_weights else None), dbs, dx

@@ -39,7 +39,7 @@ import math
 import torch
 
 from ..cost.transformer import parse_transformer_cache
-from ..sparse.attention_dot import dot_attention_backward, dot_attention_forward
+from ..sparse.attention_dot import dot_attention_backward_cols, dot_attention_backward_rows, dot_attention_forward
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import edge_softmax, sddmm, spmm
 from ..sparse.rng import DropoutSpec
@@ -72,6 +72,20 @@ def _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs, ws=None, bs=None):
         return stacked_projections(x_src, weights, biases, heads, xs, heads_last=last, flat=(3,))
     # (two node sets: dense features, queries from x_dst)
     return project_heads(x_dst, wq, bq, heads), project_heads(x_src, wk, bk, heads), project_heads(x_src, wv, bv, heads)
+
+
+def _saved_tensor_hooks_active() -> bool:
+    """Whether saved-tensor hooks are set (``torch.autograd.graph.saved_tensors_hooks``:
+    ``save_on_cpu``, checkpointing); True where this torch cannot say."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return True if top is None else top(False) is not None
+
+
+def _graph_kept() -> bool:
+    """Whether the running backward keeps the graph for another (``retain_graph``,
+    ``create_graph``); True where this torch cannot say (nothing is dropped then)."""
+    kept = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if kept is None else bool(kept())
 
 
 def _combine(out3: torch.Tensor, concat: bool) -> torch.Tensor:
@@ -156,16 +170,30 @@ class TransformerFunction(torch.autograd.Function):
         keep_x = need_w or cache == "none"
         keep_src = x_src if keep_x and xs is None else None
         keep_dst = x_dst if (need[2] or cache == "none") else None
-        keep_qkv = (None, None, None) if cache == "none" else (Q, K, V)
-        keep_lse = lse if cache == "row_stats" else None
-        keep_ae = Ae if cache in ("row_stats", "edge_weights") else None
-        ctx.save_for_backward(keep_src, keep_dst, wq, bq, wk, bk, wv, bv, attr, we, *keep_qkv, keep_lse, alpha, keep_ae, seed, ws)
+        # NOTE: the kept intermediates (Q, K, V, lse, alpha, Ae) live on ctx, not in
+        # save_for_backward: a backward that frees the graph drops them as soon as it
+        # has used them (K and V before dK and dV are made, the rest before the weight
+        # gradients' products), where saved tensors would live until the node's
+        # backward returns (issue 25: they were at the step's peak of memory). A
+        # backward that keeps the graph (retain_graph=True, create_graph, gradcheck)
+        # keeps them for the next. Under saved-tensor hooks (save_on_cpu, activation
+        # checkpointing, offloading) they are saved tensors, as those hooks expect.
+        kept = [Q, K, V, lse if cache == "row_stats" else None, alpha, Ae if cache in ("row_stats", "edge_weights") else None]
+        if cache == "none":
+            kept = [None] * 6
+        hooked = _saved_tensor_hooks_active()
+        ctx.cached = None if hooked or cache == "none" else kept
+        ctx.save_for_backward(keep_src, keep_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, ws, *(kept if hooked else [None] * 6))
         return (_combine(out3, concat), root[0]) if root else _combine(out3, concat)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out, grad_root=None):
-        x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, Q, K, V, lse, alpha, Ae, seed, ws = ctx.saved_tensors
+        x_src, x_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, ws, Q, K, V, lse, alpha, Ae = ctx.saved_tensors
+        if ctx.cached is not None:
+            Q, K, V, lse, alpha, Ae = ctx.cached
+            if not _graph_kept():
+                ctx.cached = None  # (each dropped below once used)
         need = ctx.needs_input_grad
         heads, drop, xs = ctx.heads, DropoutSpec(ctx.p, seed), ctx.xs
         We3 = _edge_weight(we, heads)
@@ -186,7 +214,12 @@ class TransformerFunction(torch.autograd.Function):
         Qe = Ge = None
         if We3 is not None:
             Qe, Ge = torch.einsum("nhc,hcf->nhf", Q, We3), torch.einsum("nhc,hcf->nhf", G.expand(n, heads, -1), We3)
-        dQ, dK, dV, dQe, dattr = dot_attention_backward(ctx.A, G, Q, K, V, ctx.scale, drop, alpha=alpha, lse=lse, Qe=Qe, Ge=Ge, attr=attr)
+        ea, dQ, dQe, dattr = dot_attention_backward_rows(ctx.A, G, Q, K, V, ctx.scale, drop, alpha=alpha, lse=lse, Qe=Qe, Ge=Ge, attr=attr)
+        # NOTE: K and V are read by the row walk only; with the cache dropped (above)
+        # these are their last references: freed before dK, dV are made.
+        del K, V, lse
+        dK, dV = dot_attention_backward_cols(ctx.A, G, Q, ea, alpha, ctx.scale)
+        del ea, alpha
         if We3 is not None:
             dQ = dQ + ctx.scale * torch.einsum("nhf,hcf->nhc", dQe, We3)
             if need[9]:
@@ -200,7 +233,7 @@ class TransformerFunction(torch.autograd.Function):
             blocks, weights, slots = [dQ, dK, dV], (wq, wk, wv), (2, 4, 6)
             if ws is not None:
                 blocks, weights, slots = blocks + [grad_root.contiguous()], weights + (ws,), slots + (17,)
-            del dQ, dK, dV, Q, K, V, G, Qe, Ge, grad_root  # (the only references once these go: freed when stacked)
+            del dQ, dK, dV, Q, Ae, G, Qe, Ge, grad_root  # (the only references once these go: freed when stacked)
             dws, dbs, grads[0] = stacked_projection_grads(
                 blocks, x_src, weights, any(need[s] for s in slots), need[0], any(need[s + 1] for s in slots), xs,
             )

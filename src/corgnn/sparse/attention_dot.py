@@ -26,7 +26,7 @@ from .attention import check_head_operands
 from .formats import SparseFormat
 from .rng import NO_DROPOUT, DropoutSpec
 
-__all__ = ["dot_attention_forward", "dot_attention_backward"]
+__all__ = ["dot_attention_forward", "dot_attention_backward", "dot_attention_backward_rows", "dot_attention_backward_cols"]
 
 
 def dot_attention_forward(
@@ -128,13 +128,66 @@ def dot_attention_backward(
         ValueError: neither ``alpha`` nor ``lse`` given; ``G, Q, K, V`` not shaped as
             the forward's.
     """
+    ea, dQ, dQe, dattr = dot_attention_backward_rows(A, G, Q, K, V, scale, drop, alpha=alpha, lse=lse, Qe=Qe, Ge=Ge, attr=attr)
+    dK, dV = dot_attention_backward_cols(A, G, Q, ea, alpha, scale)
+    return dQ, dK, dV, dQe, dattr
+
+
+def dot_attention_backward_rows(
+    A: SparseFormat,
+    G: torch.Tensor,
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
+    scale: float,
+    drop: DropoutSpec = NO_DROPOUT,
+    *,
+    alpha: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+    Qe: torch.Tensor | None = None,
+    Ge: torch.Tensor | None = None,
+    attr: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The row walk of :func:`dot_attention_backward` (same arguments): ``(ea, dQ,
+    dQe, dattr)`` with ``ea (q, 2, h)`` the per-entry ``de`` and dropped attention
+    ``drop_e alpha_e`` side by side, in ``A``'s entry order, or ``(q, 1, h)`` (``de``)
+    when that attention is ``alpha`` itself (cached, no dropout), for
+    :func:`dot_attention_backward_cols`. ``K`` and ``V``
+    are not read after it: a caller holding the only references may drop them
+    before the column walk (the transformer's backward does, issue 25's memory goal).
+
+    Raises:
+        ValueError: as :func:`dot_attention_backward`.
+    """
     if alpha is None and lse is None:
         raise ValueError("dot_attention_backward needs the cached alpha, or lse to recompute it")
     one_head = G.dim() == 3 and G.size(1) == 1 and Q.dim() == 3  # (checked as its h-head view)
     check_head_operands(A, {"Q": Q, "G": G.expand(-1, Q.size(1), -1) if one_head else G}, {"K": K, "V": V})
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
-    dQ, dK, dV, dQe, dattr = L.transformer_attention_backward(
-        *A.row_plan(False), *A.row_plan(True), G.contiguous(), Q.contiguous(), K, V,
+    ea, dQ, dQe, dattr = L.transformer_attention_backward_rows(
+        *A.row_plan(False), G.contiguous(), Q.contiguous(), K, V,
         c(Qe), c(Ge), c(attr), c(alpha), None if alpha is not None else c(lse), float(scale), drop.p, drop.seed,
     )
-    return (dQ, dK, dV) + ((dQe, dattr) if attr is not None else (None, None))
+    return (ea, dQ) + ((dQe, dattr) if attr is not None else (None, None))
+
+
+def dot_attention_backward_cols(
+    A: SparseFormat, G: torch.Tensor, Q: torch.Tensor, ea: torch.Tensor, alpha: torch.Tensor | None, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The column walk of :func:`dot_attention_backward` (the transposed plan of
+    ``A``): ``(dK (n_src, h, c), dV (n_src, h, c_v))`` from
+    :func:`dot_attention_backward_rows`' ``ea``, and the cached ``alpha (q, h)`` when
+    ``ea`` holds ``de`` alone.
+
+    Raises:
+        ValueError: ``ea`` not ``(nnz, 1 or 2, h)`` with ``h`` as ``Q``'s heads; ``ea``
+            with one slot and no ``alpha``.
+    """
+    h = Q.size(1)
+    if ea.dim() != 3 or ea.size(0) < A.nnz or ea.size(1) not in (1, 2) or ea.size(2) != h:
+        raise ValueError(f"ea: expected ({A.nnz}, 1 or 2, {h}) per-entry values of the row walk, got {tuple(ea.shape)}")
+    if ea.size(1) == 1 and alpha is None:
+        raise ValueError("alpha: ea holds de alone (the row walk read a cached alpha); pass that alpha")
+    return L.transformer_attention_backward_cols(
+        *A.row_plan(True), G.contiguous(), Q.contiguous(), ea, None if ea.size(1) == 2 else alpha.contiguous(), float(scale),
+    )

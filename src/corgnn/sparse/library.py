@@ -39,9 +39,11 @@ op                          computes (``B``/``C``/``M`` 2-D ``(rows, f)`` or sem
 ==========================  ==============================================================
 
 ``transformer_attention`` is the fused dot-product attention of ``TransformerConv``
-(scores ``<Q_i, K_j> * scale``, online row softmax, dropout, SpMM with ``V``) and
-``transformer_attention_backward`` its backward ``(dQ, dK, dV)``
-(:mod:`corgnn.sparse.attention_dot`).
+(scores ``<Q_i, K_j> * scale``, online row softmax, dropout, SpMM with ``V``);
+``transformer_attention_backward_rows`` its backward's row walk (``dQ`` and the
+per-entry ``de``, the dropped attention) and ``transformer_attention_backward_cols``
+its column walk (``dK, dV``): two ops, so that a caller can drop ``K`` and ``V``
+between them (:mod:`corgnn.sparse.attention_dot`).
 
 Paper: appendix "Common Sparse Operators" (Listings 1-2), "GAT Forward Pass",
 "GAT Backward Pass"; §"Multi-head GAT" (semi-batched layout).
@@ -75,7 +77,8 @@ __all__ = [
     "gatv2_attention",
     "gatv2_attention_backward",
     "transformer_attention",
-    "transformer_attention_backward",
+    "transformer_attention_backward_rows",
+    "transformer_attention_backward_cols",
     "OPS",
     "can_run",
 ]
@@ -173,5 +176,6 @@ gat_head_weighted_sums = _register(KERNEL_OPS["gat_head_weighted_sums"])
 gatv2_attention = _register(KERNEL_OPS["gatv2_attention"])
 gatv2_attention_backward = _register(KERNEL_OPS["gatv2_attention_backward"])
 transformer_attention = _register(KERNEL_OPS["transformer_attention"])
-transformer_attention_backward = _register(KERNEL_OPS["transformer_attention_backward"])
+transformer_attention_backward_rows = _register(KERNEL_OPS["transformer_attention_backward_rows"])
+transformer_attention_backward_cols = _register(KERNEL_OPS["transformer_attention_backward_cols"])
 assert set(OPS) == set(KERNEL_OPS), "every declared kernel op has a caller here"

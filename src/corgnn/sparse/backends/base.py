@@ -286,25 +286,46 @@ def _(ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, want_alpha):
     return V.new_empty((n, H, V.shape[2])), Q.new_empty((n, H)), Q.new_empty((idx.shape[0] if want_alpha else 0, H)), Ae
 
 
-@_op(7, semi_batched=True)
-def transformer_attention_backward(
-    ptr: Tensor, idx: Tensor, perm: Tensor | None, tptr: Tensor, tidx: Tensor, tperm: Tensor | None,
-    G: Tensor, Q: Tensor, K: Tensor, V: Tensor, Qe: Tensor | None, Ge: Tensor | None, attr: Tensor | None,
-    alpha: Tensor | None, lse: Tensor | None, scale: float, p: float, seed: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Backward of ``transformer_attention``: ``(dQ, dK, dV, dQe, dattr)`` from
-    ``G = dL/dout``, the attention read from ``alpha`` or recomputed from ``lse`` (the
-    softmax backward's row sums ``D = <G, out>`` from each row's entries: no ``out``); with edge features (``Ge (n_dst, H, F)``, ``G``
-    projected on them) ``dQe = sum_e de_e attr_e (n_dst, H, F)`` and
-    ``dattr_e = sum_h (scale de_e Qe_i + drop(alpha_e) Ge_i) (q, F)`` (else empty)."""
+@_op(4, semi_batched=True)
+def transformer_attention_backward_rows(
+    ptr: Tensor, idx: Tensor, perm: Tensor | None, G: Tensor, Q: Tensor, K: Tensor, V: Tensor,
+    Qe: Tensor | None, Ge: Tensor | None, attr: Tensor | None, alpha: Tensor | None, lse: Tensor | None, scale: float, p: float, seed: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The row walk of ``transformer_attention``'s backward: ``(ea, dQ, dQe, dattr)``
+    from ``G = dL/dout``, the attention read from ``alpha`` or recomputed from ``lse``
+    (the softmax backward's row sums ``D = <G, out>`` from each row's entries: no
+    ``out``). ``ea (q, 2, H)``: per entry ``de_e = alpha_e (dalpha_e - D_i)`` (``dalpha_e
+    = drop_e <G_i, V_j>``) and the dropped attention ``drop_e alpha_e`` side by side,
+    or ``(q, 1, H)``, ``de`` alone, when that attention is the given ``alpha`` itself
+    (cached, no dropout). With edge features (``Ge (n_dst, H, F)``, ``G`` projected on
+    them) ``dQe = sum_e de_e attr_e (n_dst, H, F)`` and ``dattr_e = sum_h (scale de_e Qe_i
+    + drop(alpha_e) Ge_i) (q, F)`` (else empty). ``K`` and ``V`` are read here only: a
+    caller may drop them before the column walk
+    (:func:`transformer_attention_backward_cols`)."""
 
 
-@_fake_of(transformer_attention_backward)
-def _(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
-    H = Q.shape[1]
+@_fake_of(transformer_attention_backward_rows)
+def _(ptr, idx, perm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
+    H, q = Q.shape[1], idx.shape[0]
     dQe = Q.new_empty((0, H, 0) if attr is None else (Q.shape[0], H, attr.shape[1]))
     dattr = Q.new_empty((0, 0) if attr is None else tuple(attr.shape))
-    return torch.empty_like(Q), torch.empty_like(K), torch.empty_like(V), dQe, dattr
+    return Q.new_empty((q, 2 if (p > 0 or alpha is None) else 1, H)), torch.empty_like(Q), dQe, dattr
+
+
+@_op(4, semi_batched=True)
+def transformer_attention_backward_cols(
+    tptr: Tensor, tidx: Tensor, tperm: Tensor | None, G: Tensor, Q: Tensor, ea: Tensor, alpha: Tensor | None, scale: float,
+) -> tuple[Tensor, Tensor]:
+    """The column walk of ``transformer_attention``'s backward (the transposed plan
+    of ``A``): ``dK_j = scale sum_e de_e Q_i (n_src, H, C)`` and ``dV_j = sum_e drop_e
+    alpha_e G_i (n_src, H, C_v)`` from the row walk's ``ea``; with ``ea (q, 1, H)`` the
+    dropped attention is ``alpha (q, H)`` (the cached one; None otherwise)."""
+
+
+@_fake_of(transformer_attention_backward_cols)
+def _(tptr, tidx, tperm, G, Q, ea, alpha, scale):
+    m, H = tptr.shape[0] - 1, Q.shape[1]
+    return Q.new_empty((m, H, Q.shape[2])), G.new_empty((m, H, G.shape[2]))
 
 
 OP_NAMES: tuple[str, ...] = tuple(KERNEL_OPS)

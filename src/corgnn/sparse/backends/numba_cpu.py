@@ -365,26 +365,30 @@ class NumbaBackend(Backend):
         )
         return out, lse, alpha, Ae
 
-    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
+    def transformer_attention_backward_rows(self, ptr, idx, perm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
         H = Q.shape[1]
         q, dt = idx.numel(), Q.dtype
         thresh, dscale, lo, hi = _seed(p, seed, dt)
         none = np.empty((0, H), dtype=_np_dtype(dt))
         cached = alpha is not None
-        # (de, the dropped attention) per entry; de alone when that is the cached alpha
+        # (de and the dropped attention per entry, side by side; de alone when that is the cached alpha)
         ea = torch.empty(q, 1 if cached and p == 0 else 2, H, dtype=dt)
         dQ = torch.empty(Q.shape, dtype=dt)
         dQe = torch.empty((0, H, 0) if attr is None else (Q.shape[0], H, attr.shape[1]), dtype=dt)
         dattr = torch.empty((0, 0) if attr is None else tuple(attr.shape), dtype=dt)
         Qe_n, attr_n = _edge_arrays(Qe, attr, H, dt)
         Ge_n, _ = _edge_arrays(Ge, attr, H, dt)
-        Gn, Qn, sc = _np(G), _np(Q), _scalar(scale, dt)
         tk.dot_attention_backward_rows(
-            *_walk(ptr, idx, perm), Gn, Qn, _heads_last(K), _heads_last(V), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
-            none if lse is None else _np(lse), sc, thresh, dscale, lo, hi, ea.numpy(), dQ.numpy(), dQe.numpy(), dattr.numpy(),
+            *_walk(ptr, idx, perm), _np(G), _np(Q), _heads_last(K), _heads_last(V), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
+            none if lse is None else _np(lse), _scalar(scale, dt), thresh, dscale, lo, hi, ea.numpy(), dQ.numpy(), dQe.numpy(), dattr.numpy(),
         )
-        dK = torch.empty(K.shape, dtype=dt)
-        dV = torch.empty(V.shape, dtype=dt)
-        ad = _np(alpha) if ea.shape[1] == 1 else none
-        tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), Gn, Qn, ea.numpy(), ad, sc, dK.numpy(), dV.numpy())
-        return dQ, dK, dV, dQe, dattr
+        return ea, dQ, dQe, dattr
+
+    def transformer_attention_backward_cols(self, tptr, tidx, tperm, G, Q, ea, alpha, scale):
+        H, dt = Q.shape[1], Q.dtype
+        m = tptr.numel() - 1
+        dK = torch.empty((m, H, Q.shape[2]), dtype=dt)
+        dV = torch.empty((m, H, G.shape[2]), dtype=dt)
+        ad = _np(alpha) if ea.shape[1] == 1 else np.empty((0, H), dtype=_np_dtype(dt))
+        tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), _np(G), _np(Q), _np(ea), ad, _scalar(scale, dt), dK.numpy(), dV.numpy())
+        return dK, dV

@@ -264,14 +264,15 @@ class TorchBackend(Backend):
         alpha = _pad_entries(alpha, idx.numel()) if want_alpha else alpha.new_empty(0, H)
         return out.to(dt), lse.to(dt), alpha.to(dt), Ae.to(dt)
 
-    def transformer_attention_backward(self, ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
+    def transformer_attention_backward_rows(self, ptr, idx, perm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
         dt = Q.dtype
+        cached = alpha is not None
         G, Q, K, V, Qe, Ge, attr, alpha, lse = _f32(G, Q, K, V, Qe, Ge, attr, alpha, lse)
         n, H = Q.shape[:2]
         G = G.expand(n, H, G.shape[2])  # ((n, 1, c): one gradient for every head)
         dst, src = _endpoints(ptr, idx, perm)
         q = dst.numel()
-        if alpha is not None:
+        if cached:
             alpha = alpha[:q]
         else:
             score = (Q.index_select(0, dst) * K.index_select(0, src)).sum(-1)
@@ -290,12 +291,23 @@ class TorchBackend(Backend):
         D = torch.zeros(n, H, dtype=alpha.dtype, device=alpha.device).index_add_(0, dst, alpha * dalpha)
         de = alpha * (dalpha - D.index_select(0, dst))
         dQ = _spmm(dst, src, de * scale, K, n)
-        dK = _spmm(src, dst, de * scale, Q, K.shape[0])  # transposed products
-        dV = _spmm(src, dst, ad, G, V.shape[0])
         if attr is not None:
             dQe = torch.zeros(n, H, attr.shape[1], dtype=Q.dtype, device=Q.device).index_add_(0, dst, de.unsqueeze(-1) * attr[:q].unsqueeze(1))
             dattr = ((de * scale).unsqueeze(-1) * Qe.index_select(0, dst) + ad.unsqueeze(-1) * Ge.index_select(0, dst)).sum(1)
             dattr = _pad_entries(dattr, attr.shape[0])
         else:
             dQe, dattr = Q.new_empty(0, H, 0), Q.new_empty(0, 0)
-        return dQ.to(dt), dK.to(dt), dV.to(dt), dQe.to(dt), dattr.to(dt)
+        ea = torch.stack([de, ad], 1) if (p > 0 or not cached) else de.unsqueeze(1)
+        return _pad_entries(ea, idx.numel()).to(dt), dQ.to(dt), dQe.to(dt), dattr.to(dt)
+
+    def transformer_attention_backward_cols(self, tptr, tidx, tperm, G, Q, ea, alpha, scale):
+        dt = Q.dtype
+        G, Q, ea, alpha = _f32(G, Q, ea, alpha)
+        m, H = tptr.numel() - 1, Q.shape[1]
+        de, ad = ea[:, 0], (ea[:, 1] if ea.shape[1] == 2 else alpha)
+        G = G.expand(G.shape[0], H, G.shape[2])
+        src, dst = _endpoints(tptr, tidx, tperm)  # (the transposed plan: rows are sources; entries in the format's order)
+        q = src.numel()
+        dK = _spmm(src, dst, de[:q] * scale, Q, m)
+        dV = _spmm(src, dst, ad[:q], G, m)
+        return dK.to(dt), dV.to(dt)

@@ -1,7 +1,8 @@
 """The ``triton`` backend: Triton kernels for every sparse op (GPU).
 
-Dispatch tries it first on CUDA tensors (:data:`corgnn.sparse.dispatch.PRIORITY`);
-the ``torch`` gather fallback runs a CUDA case only when this backend declines it,
+Dispatch tries it on CUDA tensors after ``cusparse``, which takes only the
+single-head SpMM (:data:`corgnn.sparse.dispatch.PRIORITY`); the ``torch`` gather
+fallback runs a CUDA case only when this backend declines it,
 and :func:`corgnn.sparse.dispatch.select` says why. The kernels are
 :mod:`.triton_kernels`, launched by :mod:`.triton_ops` (each registered with
 ``torch.library.triton_op`` as ``corgnn::triton_<op>``, so ``torch.compile`` traces

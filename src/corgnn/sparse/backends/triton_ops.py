@@ -387,8 +387,8 @@ def transformer_attention(ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, wan
     return out, lse, alpha, Ae
 
 
-@_register("transformer_attention_backward")
-def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
+@_register("transformer_attention_backward_rows")
+def transformer_attention_backward_rows(ptr, idx, perm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
     n, H, C = Q.shape
     q = idx.shape[0]
     cached = alpha is not None
@@ -396,12 +396,55 @@ def transformer_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, Q, K, V
     de = torch.zeros(q, H, dtype=Q.dtype, device=Q.device)
     alpha_d = torch.zeros(q if write_ad else 0, H, dtype=Q.dtype, device=Q.device)
     dQ = torch.zeros_like(Q, memory_format=torch.contiguous_format)
-    dK = torch.zeros_like(K, memory_format=torch.contiguous_format)
-    dV = torch.zeros_like(V, memory_format=torch.contiguous_format)
     dQe = torch.zeros((0, H, 0) if attr is None else (n, H, attr.shape[1]), dtype=Q.dtype, device=Q.device)
     dattr = torch.zeros((0, 0) if attr is None else tuple(attr.shape), dtype=Q.dtype, device=Q.device)
-    if Q.numel() == 0 and K.numel() == 0:
-        return dQ, dK, dV, dQe, dattr
+    if n == 0:
+        return _entry_pair(de, alpha_d, write_ad), dQ, dQe, dattr
+    consts, halves, thresh = _dot_consts(scale, p, seed, Q)
+    G, Q, K, V = G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous()
+    Qe_, attr_, F = _edge_args(Qe, attr, de)
+    Ge_ = Ge.contiguous() if attr is not None else de
+    BC, BF = _pow2(C, 1 << 16), _pow2(F, 1 << 16)
+    any_ = alpha_d if write_ad else alpha
+    has_edge = attr is not None
+    wrap_triton(TK.dot_attention_backward_rows_kernel)[(n, H)](
+        ptr, idx, idx if perm is None else perm, G, Q, K, V, Qe_, Ge_, attr_, alpha if cached else any_,
+        lse if lse is not None else any_, de, any_, dQ, dQe if has_edge else de, H, G.shape[1], C, F, consts, halves, thresh,
+        HAS_PERM=perm is not None, CACHED=cached, DROP=p > 0, WRITE_AD=write_ad, HAS_EDGE=has_edge, ACC64=_acc64(Q),
+        BLOCK_E=BLOCK_E, BLOCK_C=BC, BLOCK_F=BF,
+    )
+    if has_edge and q:
+        wrap_triton(TK.dot_attention_edge_grad_kernel)[(n,)](
+            ptr, idx if perm is None else perm, Qe_, Ge_, de, any_, dattr, H, F, consts,
+            HAS_PERM=perm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_F=BF,
+        )
+    return _entry_pair(de, alpha_d, write_ad), dQ, dQe, dattr
+
+
+def _entry_pair(de: Tensor, alpha_d: Tensor, write_ad: bool) -> Tensor:
+    """The op's ``ea`` from the kernels' separate ``(q, H)`` buffers.
+
+    NOTE: a copy (the Triton kernels index ``de`` and ``alpha_d`` with entry stride
+    ``H``; the op's ``(q, 2, H)`` layout is the Numba kernels'): passing an entry
+    stride to the three kernels would save it; not measured on a GPU yet."""
+    return torch.stack((de, alpha_d), 1) if write_ad else de.unsqueeze(1)
+
+
+@_register("transformer_attention_backward_cols")
+def transformer_attention_backward_cols(tptr, tidx, tperm, G, Q, ea, alpha, scale):
+    m, H, C = tptr.shape[0] - 1, Q.shape[1], Q.shape[2]
+    de = ea[:, 0].contiguous()
+    ad = ea[:, 1].contiguous() if ea.shape[1] == 2 else alpha
+    dK = torch.zeros(m, H, C, dtype=Q.dtype, device=Q.device)
+    dV = torch.zeros(m, H, G.shape[2], dtype=G.dtype, device=G.device)
+    if m == 0:
+        return dK, dV
+    consts = _pair(scale, 1.0, Q)  # (the kernel reads the scale only)
+    wrap_triton(TK.dot_attention_backward_cols_kernel)[(m, H)](
+        tptr, tidx, tidx if tperm is None else tperm, G.contiguous(), Q.contiguous(), ad.contiguous(), de.contiguous(), dK, dV, H, G.shape[1], C, consts,
+        HAS_PERM=tperm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=_pow2(C, 1 << 16),
+    )
+    return dK, dV
     consts, halves, thresh = _dot_consts(scale, p, seed, Q)
     G, Q, K, V = G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous()
     Qe_, attr_, F = _edge_args(Qe, attr, de)
