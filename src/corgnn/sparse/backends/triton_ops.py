@@ -445,28 +445,3 @@ def transformer_attention_backward_cols(tptr, tidx, tperm, G, Q, ea, alpha, scal
         HAS_PERM=tperm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=_pow2(C, 1 << 16),
     )
     return dK, dV
-    consts, halves, thresh = _dot_consts(scale, p, seed, Q)
-    G, Q, K, V = G.contiguous(), Q.contiguous(), K.contiguous(), V.contiguous()
-    Qe_, attr_, F = _edge_args(Qe, attr, de)
-    Ge_ = Ge.contiguous() if attr is not None else de
-    BC, BF = _pow2(C, 1 << 16), _pow2(F, 1 << 16)
-    any_ = alpha_d if write_ad else alpha
-    has_edge = attr is not None
-    if n:
-        wrap_triton(TK.dot_attention_backward_rows_kernel)[(n, H)](
-            ptr, idx, idx if perm is None else perm, G, Q, K, V, Qe_, Ge_, attr_, alpha if cached else any_,
-            lse if lse is not None else any_, de, any_, dQ, dQe if has_edge else de, H, G.shape[1], C, F, consts, halves, thresh,
-            HAS_PERM=perm is not None, CACHED=cached, DROP=p > 0, WRITE_AD=write_ad, HAS_EDGE=has_edge, ACC64=_acc64(Q),
-            BLOCK_E=BLOCK_E, BLOCK_C=BC, BLOCK_F=BF,
-        )
-        if has_edge and q:
-            wrap_triton(TK.dot_attention_edge_grad_kernel)[(n,)](
-                ptr, idx if perm is None else perm, Qe_, Ge_, de, any_, dattr, H, F, consts,
-                HAS_PERM=perm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_F=BF,
-            )
-    if K.shape[0]:
-        wrap_triton(TK.dot_attention_backward_cols_kernel)[(K.shape[0], H)](
-            tptr, tidx, tidx if tperm is None else tperm, G, Q, any_, de, dK, dV, H, G.shape[1], C, consts,
-            HAS_PERM=tperm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=BC,
-        )
-    return dQ, dK, dV, dQe, dattr
