@@ -147,7 +147,7 @@ def dot_attention_backward_rows(
     Qe: torch.Tensor | None = None,
     Ge: torch.Tensor | None = None,
     attr: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """The row walk of :func:`dot_attention_backward` (same arguments): ``(ea, dQ,
     dQe, dattr)`` with ``ea (q, 2, h)`` the per-entry ``de`` and dropped attention
     ``drop_e alpha_e`` side by side, in ``A``'s entry order, or ``(q, 1, h)`` (``de``)
