@@ -430,12 +430,14 @@ def test_saved_tensors_follow_the_plan(cache, share_weights):
 
 
 @pytest.mark.parametrize("biases", [True, False])
-@pytest.mark.parametrize("stack", [True, False])
+@pytest.mark.parametrize("stack", [True, "by 4-row chunks", False])
 def test_stacked_projections_equal_separate_gemms_and_autograd(biases, stack, monkeypatch):
     from corgnn.functional import projection
     from corgnn.functional.projection import stacked_projection_grads, stacked_projections
 
     monkeypatch.setattr(projection, "STACK_GRADS_MIN_BYTES", 0 if stack else 1 << 40)  # (x is tiny: one product per block unless forced)
+    if stack == "by 4-row chunks":  # (dP made 4 rows at a time: 11 rows are 3 chunks, the last short)
+        monkeypatch.setattr(projection, "CHUNK_BYTES", 4 * 18 * 8)
     monkeypatch.setattr(projection, "STACK_MIN_FEATURES", 0 if stack else 1 << 30)  # (the forward likewise)
 
     g = torch.Generator().manual_seed(3)
