@@ -255,7 +255,11 @@ def _csr_to_csc_kernel(rowptr, col, m):
 
 
 @njit(**_JIT)
-def _adjacency_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, sort, transposed, out_dtype_val):
+def _count_rows(src, dst, w, has_w, n, loops, fill, norm, out_dtype_val):
+    """The edges counting-sorted on their target (stable: each row in edge order),
+    self-loops handled by ``loops`` (appended loops last in their rows), weights
+    (``NORM_MEAN`` applied): ``(rowptr (n+1,), col, val, order)``, ``order[p]`` the
+    input edge of entry ``p`` (``q + v`` for node ``v``'s appended loop)."""
     q = src.shape[0]
     add = loops != LOOPS_KEEP
     drop = loops == LOOPS_REMAINING or loops == LOOPS_REPLACE
@@ -278,7 +282,7 @@ def _adjacency_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, sort, 
     nxt = _head(rowptr, n)
     col = empty_array(total, src)
     val = empty_array(total, out_dtype_val)
-    order = empty_array(total, src)  # input edge id; q + v for node v's appended loop
+    order = empty_array(total, src)
     for e in range(q):
         if drop and src[e] == dst[e]:
             continue
@@ -298,13 +302,14 @@ def _adjacency_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, sort, 
             col[p] = i
             order[p] = q + i
             val[p] = loopw[i]
-    if sort or coalesce:
-        _sort_rows(rowptr, col, val, True, order)
-    entry = _filled(q + (n if add else 0), src, -1)
-    if coalesce:
-        _coalesce(rowptr, col, val, True, order, entry)
-    else:
-        _entries(order, entry)
+    return rowptr, col, val, order
+
+
+@njit(**_JIT)
+def _finish(rowptr, col, val, norm, transposed):
+    """``NORM_SYMMETRIC`` applied to ``val`` in place, and with ``transposed`` the CSC
+    dual ``(colptr, row, perm)`` (else three empty arrays)."""
+    n = rowptr.shape[0] - 1
     if norm == NORM_SYMMETRIC:
         dinv = _filled(n, val, 0.0)
         for i in range(n):
@@ -316,9 +321,34 @@ def _adjacency_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, sort, 
             for p in range(rowptr[i], rowptr[i + 1]):
                 val[p] = dinv[i] * val[p] * dinv[col[p]]
     if transposed:
-        colptr, trow, tperm = _csr_to_csc_kernel(rowptr, col, n)
+        return _csr_to_csc_kernel(rowptr, col, n)
+    return empty_array(0, col), empty_array(0, col), empty_array(0, col)
+
+
+# NOTE: two kernels, not one with run-time flags: Numba compiles every function a
+# kernel calls, taken branch or not, and the per-row sorts and the coalescing
+# (``_sort_rows`` with ``_merge_row``, ``_coalesce``) took ~1 s of an empty cache's
+# first GCN step (3.3-3.5 s in all, 2-core machine) that the unsorted build, the
+# changing-graph path, never runs.
+@njit(**_JIT)
+def _adjacency_unsorted_kernel(src, dst, w, has_w, n, loops, fill, norm, transposed, out_dtype_val):
+    rowptr, col, val, order = _count_rows(src, dst, w, has_w, n, loops, fill, norm, out_dtype_val)
+    entry = _filled(src.shape[0] + (n if loops != LOOPS_KEEP else 0), src, -1)
+    _entries(order, entry)
+    colptr, trow, tperm = _finish(rowptr, col, val, norm, transposed)
+    return rowptr, col, val, entry, colptr, trow, tperm
+
+
+@njit(**_JIT)
+def _adjacency_sorted_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, transposed, out_dtype_val):
+    rowptr, col, val, order = _count_rows(src, dst, w, has_w, n, loops, fill, norm, out_dtype_val)
+    _sort_rows(rowptr, col, val, True, order)
+    entry = _filled(src.shape[0] + (n if loops != LOOPS_KEEP else 0), src, -1)
+    if coalesce:
+        _coalesce(rowptr, col, val, True, order, entry)
     else:
-        colptr, trow, tperm = empty_array(0, src), empty_array(0, src), empty_array(0, src)
+        _entries(order, entry)
+    colptr, trow, tperm = _finish(rowptr, col, val, norm, transposed)
     return rowptr, col, val, entry, colptr, trow, tperm
 
 
@@ -358,9 +388,14 @@ def adjacency_csr(
     ei = edge_index.contiguous().numpy()
     w = edge_weight.detach().to(dtype).contiguous().numpy() if edge_weight is not None else np.empty(0, dtype=_np_dtype(dtype))
     proto = np.empty(0, dtype=_np_dtype(dtype))
-    ptr, col, val, entry, colptr, row, perm = _adjacency_kernel(
-        ei[0], ei[1], w, edge_weight is not None, num_nodes, loops, fill, norm, coalesce, sort, transposed, proto,
-    )
+    if sort or coalesce:
+        ptr, col, val, entry, colptr, row, perm = _adjacency_sorted_kernel(
+            ei[0], ei[1], w, edge_weight is not None, num_nodes, loops, fill, norm, coalesce, transposed, proto,
+        )
+    else:
+        ptr, col, val, entry, colptr, row, perm = _adjacency_unsorted_kernel(
+            ei[0], ei[1], w, edge_weight is not None, num_nodes, loops, fill, norm, transposed, proto,
+        )
     nnz = int(ptr[-1])
     out = (torch.from_numpy(ptr), torch.from_numpy(col[:nnz]), torch.from_numpy(val[:nnz]), torch.from_numpy(entry))
     if transposed:
