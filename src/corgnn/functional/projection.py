@@ -123,9 +123,9 @@ def stacked_projection_grads(grads: list, x: torch.Tensor | None, weights: tuple
                 dws.append(spmm(xs, d, transpose=True).t() if xs is not None else torch.mm(d.t(), x))
             dws = tuple(dws)
         return dws, dbs, dx
-    widths = [d.size(1) for d in grads]
     if xs is None:
         return _stacked_by_row_chunks(grads, x, weights, need_weights, need_x, need_biases)
+    widths = [d.size(1) for d in grads]
     dP = torch.cat(grads, dim=1)
     grads.clear()
     dws = dbs = None
@@ -145,9 +145,11 @@ CHUNK_BYTES = 4 << 20
 def _stacked_by_row_chunks(grads: list, x: torch.Tensor, weights: tuple, need_weights: bool, need_x: bool, need_biases: bool):
     """The stacked products of dense ``x`` with ``dP``, ``dP`` made a chunk of rows at
     a time (:data:`CHUNK_BYTES`): ``x`` is still read once, and no ``(n, sum d_i)``
-    copy of the gradients sits next to them at the step's peak of memory (the
-    transformer's backward on PubMed: 55.7 -> 43.5 MiB with its cached Q, K, V
-    dropped, -> ... with the chunks). ``dW = sum_chunks dP_c^T x_c``; ``dx_c = dP_c W``."""
+    copy of the gradients sits next to them. ``dW = sum_chunks dP_c^T x_c``;
+    ``dx_c = dP_c W``. Measured against one stacked copy and product (2 threads,
+    alternating processes, 2026-11-27): GATv2's step on Flickr's shape 482-535 ->
+    453-461 ms, the transformer's 567-634 -> 538-570 ms (chunks of ``dP`` and ``x``
+    stay in cache)."""
     widths = [d.size(1) for d in grads]
     n, total = x.size(0), sum(widths)
     rows = max(1, CHUNK_BYTES // max(1, total * grads[0].element_size()))
