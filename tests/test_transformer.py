@@ -553,6 +553,7 @@ def test_saved_tensors_are_the_plans(cache, edge_dim):
     assert sum(saved.values()) == want + 8  # + the attention-dropout seed (one int64), not a mask
 
 
+@pytest.mark.large_graph  # (30k edges: minutes per call in Triton's interpreter; the logic is the layer's, not a backend's)
 @pytest.mark.parametrize("cache", ["features", "row_stats", "edge_weights"])
 def test_backward_drops_its_cache_once_used_unless_the_graph_is_kept(cache):
     """A backward that frees the graph drops the kept Q, K, V (and alpha/lse) as soon
