@@ -138,12 +138,18 @@ def plan(out: Path, root: str | None = None, quick: bool = False, minutes: float
         common = ("--device", "cuda", "--no-progress", *data, *q)
         eager, compiled = eager_min * share, compiled_min * share
         steps += [
-            Step(name, (*bench, name, "--no-compile", "--deadline-min", f"{eager - min(1.0, eager / 4):g}", "--out", str(out / name), *common), eager,
+            Step(name, (*bench, name, "--no-compile", "--deadline-min", _deadline(eager), "--out", str(out / name), *common), eager,
                  what + " (PyG compiled: the next step)"),
-            Step(f"{name}-compiled", (*bench, name, "--variants", COMPILED, "--deadline-min", f"{compiled - min(1.0, compiled / 4):g}", "--out", str(out / f"{name}-compiled"), *common),
+            Step(f"{name}-compiled", (*bench, name, "--variants", COMPILED, "--deadline-min", _deadline(compiled), "--out", str(out / f"{name}-compiled"), *common),
                  compiled, f"PyG's torch.compile'd {name} in its own process, merged into {name}/", merge_into=name),
         ]
     return steps if minutes is None else fit(steps, minutes)
+
+
+def _deadline(minutes: float) -> str:
+    """A bench's ``--deadline-min`` for an allotment of ``minutes``: a quarter of it, at
+    most one minute, left for the report."""
+    return f"{minutes - min(1.0, minutes / 4):.3g}"
 
 
 def fit(steps: list[Step], minutes: float) -> list[Step]:
@@ -162,7 +168,7 @@ def fit(steps: list[Step], minutes: float) -> list[Step]:
         m = s.minutes * scale
         argv = list(s.argv)
         if "--deadline-min" in argv:
-            argv[argv.index("--deadline-min") + 1] = f"{m - min(1.0, m / 4):.2f}"
+            argv[argv.index("--deadline-min") + 1] = _deadline(m)
         fitted.append(Step(s.name, tuple(argv), m, s.what, s.env, s.merge_into))
     return fitted
 

@@ -178,12 +178,10 @@ class TransformerFunction(torch.autograd.Function):
         # backward that keeps the graph (retain_graph=True, create_graph, gradcheck)
         # keeps them for the next. Under saved-tensor hooks (save_on_cpu, activation
         # checkpointing, offloading) they are saved tensors, as those hooks expect.
-        kept = [Q, K, V, lse if cache == "row_stats" else None, alpha, Ae if cache in ("row_stats", "edge_weights") else None]
-        if cache == "none":
-            kept = [None] * 6
+        kept = None if cache == "none" else [Q, K, V, lse if cache == "row_stats" else None, alpha, Ae if cache in ("row_stats", "edge_weights") else None]
         hooked = _saved_tensor_hooks_active()
-        ctx.cached = None if hooked or cache == "none" else kept
-        ctx.save_for_backward(keep_src, keep_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, ws, *(kept if hooked else [None] * 6))
+        ctx.cached = None if hooked else kept
+        ctx.save_for_backward(keep_src, keep_dst, wq, bq, wk, bk, wv, bv, attr, we, seed, ws, *(kept if hooked and kept else [None] * 6))
         return (_combine(out3, concat), root[0]) if root else _combine(out3, concat)
 
     @staticmethod
