@@ -45,10 +45,10 @@ def run(layer, call, inputs):
         t.grad = None
     out = call(layer)
     main = out[0] if isinstance(out, tuple) else out
-    loss = (main * torch.linspace(-1, 1, main.numel(), dtype=main.dtype).view_as(main)).sum() + main.square().sum()
+    loss = (main * torch.linspace(-1, 1, main.numel(), dtype=main.dtype, device=main.device).view_as(main)).sum() + main.square().sum()
     if isinstance(out, tuple):
         alpha = out[1][1]
-        loss = loss + (alpha * torch.arange(alpha.numel(), dtype=alpha.dtype).view_as(alpha).sin()).sum()
+        loss = loss + (alpha * torch.arange(alpha.numel(), dtype=alpha.dtype, device=alpha.device).view_as(alpha).sin()).sum()
     loss.backward()
     outs = [main.detach()] + ([out[1][0], out[1][1].detach()] if isinstance(out, tuple) else [])
     return outs, [t.grad for t in inputs], {n: p.grad for n, p in layer.named_parameters()}

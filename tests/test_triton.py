@@ -56,9 +56,36 @@ def test_kernels_are_triton_ops_with_the_library_fakes(name, triton_ops):
     # the interpreter runs kernels eagerly on real tensors only, so the checks that
     # trace the kernels themselves (aot_dispatch) need a GPU; schema + fake here
     for args in _op_samples()[name]:
+        if not TRITON_ON_CPU:  # a GPU machine: the compiled kernels take CUDA tensors only
+            args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
         if TRITON_ON_CPU:
             torch.testing.assert_close(triton_ops.LAUNCHERS[name](*args), op(*args), rtol=0, atol=0)
+
+
+@needs_triton_on_cpu
+def test_eager_launchers_call_the_kernels_without_the_higher_order_op(triton_ops, monkeypatch):
+    # wrap_triton's higher-order-op dispatch costs about 1 ms of Python per launch (an
+    # H200's GAT step, 2026-11-27): the eager launchers switch it off, as triton_op's
+    # own eager path does, so wrap_triton hands back the bare kernel
+    from torch._library.triton import is_wrap_triton_enabled
+
+    seen = []
+    wrap = triton_ops._wrap
+
+    def spy(kernel):
+        seen.append(is_wrap_triton_enabled())
+        return wrap(kernel)
+
+    monkeypatch.setattr(triton_ops, "_wrap", spy)
+    samples = _op_samples()
+    for name, launcher in triton_ops.LAUNCHERS.items():
+        for args in samples[name]:
+            launcher(*args)
+    assert seen and not any(seen)
+    assert is_wrap_triton_enabled()  # restored after the calls
+    triton_ops.LAUNCHERS["spmm_rows"].__wrapped__(*samples["spmm_rows"][0])  # the op's function alone: HOP on
+    assert seen[-1]
 
 
 @needs_triton_on_cpu
@@ -185,14 +212,13 @@ import torch
 from corgnn.sparse.dispatch import select, Case
 print(select(Case("spmm_rows", "cpu", torch.float32)).name)
 try:
-    select(Case("spmm_rows", "cuda", torch.float32))
-    print("cuda: triton")
+    print("cuda:", select(Case("spmm_rows", "cuda", torch.float32)).name)
 except ValueError as e:
     print(e)
 """
     out = _run(code, CORGNN_BACKEND="", TRITON_INTERPRET="0")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines() == ["numba", "cuda: triton"]
+    assert out.stdout.splitlines() == ["numba", "cuda: cusparse"]  # CUDA's order: cusparse, triton, torch
     forced = _run(code.splitlines()[1] + "\n" + code.splitlines()[2] + "\nselect(Case('spmm_rows', 'cpu', torch.float32))", CORGNN_BACKEND="triton", TRITON_INTERPRET="0")
     assert forced.returncode != 0 and "TRITON_INTERPRET=1" in forced.stderr
 

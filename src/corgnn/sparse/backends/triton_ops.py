@@ -24,6 +24,7 @@ compiles for sm_80/sm_90, see ``corgnn bench triton-aot`` and benchmarks/README.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
@@ -31,6 +32,7 @@ import torch
 import triton
 from torch import Tensor
 from torch.library import triton_op, wrap_triton
+from triton.runtime.interpreter import InterpretedFunction as _INTERPRETED
 
 from ..rng import dropout_kernel_args
 from .base import KERNEL_OPS
@@ -57,9 +59,7 @@ TRACEABLE: dict = {}
 
 def interpreted() -> bool:
     """Whether the kernels were defined for Triton's interpreter (CPU tensors)."""
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(K.spmm_rows_kernel, InterpretedFunction)
+    return isinstance(K.spmm_rows_kernel, _INTERPRETED)
 
 
 def _register(name: str):
@@ -79,18 +79,38 @@ def _register(name: str):
 
 
 def _on_operands_device(fn):
-    """``fn`` run with its first tensor argument's CUDA device current (Triton
-    launches on the current device), as the dispatcher would."""
+    """``fn`` run as the registered op's eager path runs it: with its first tensor
+    argument's CUDA device current (Triton launches on the current device) and with
+    ``wrap_triton`` launching the kernels directly rather than through its
+    higher-order op (about 1 ms of Python per launch: on an H200, 2026-11-27, that
+    dispatch was most of a GAT step's host time, benchmarks/results/gpu-h200-20261127)."""
 
     @functools.wraps(fn)
     def launch(*args):
         dev = next((a.device for a in args if isinstance(a, Tensor)), None)
-        if dev is not None and dev.type == "cuda" and dev.index is not None and dev.index != torch.cuda.current_device():
-            with torch.cuda.device(dev):
-                return fn(*args)
-        return fn(*args)
+        with _direct_kernel_calls():
+            if dev is not None and dev.type == "cuda" and dev.index is not None and dev.index != torch.cuda.current_device():
+                with torch.cuda.device(dev):
+                    return fn(*args)
+            return fn(*args)
 
     return launch
+
+
+def _direct_kernel_calls():
+    """The context in which ``wrap_triton(kernel)[grid](...)`` calls the kernel
+    itself: torch's own switch for this (what ``triton_op`` enters around its eager
+    calls); a no-op context on a torch without it."""
+    switch = getattr(getattr(torch._library, "triton", None), "set_wrap_triton_enabled", None)
+    return switch(False) if switch is not None else contextlib.nullcontext()
+
+
+def _wrap(kernel):
+    """``wrap_triton(kernel)`` (what ``torch.compile`` traces through), or the kernel
+    itself when it is interpreted (``TRITON_INTERPRET=1``): torch before mid-2026
+    rejects interpreted kernels in ``wrap_triton`` (pytorch/pytorch#152868; on the
+    H200's torch 2.11 every interpreted launch failed)."""
+    return kernel if isinstance(kernel, _INTERPRETED) else wrap_triton(kernel)
 
 
 def _pow2(x: int, cap: int) -> int:
@@ -132,10 +152,10 @@ def _spmm(ptr, idx, perm, val, B: Tensor, out: Tensor, *, ell_width: int = 0, ac
     if split:
         chunks = triton.cdiv(q, SPLIT_CHUNK)
         part = torch.empty(chunks * 2 * F, dtype=torch.float64 if _acc64(B) else torch.float32, device=B.device)
-        wrap_triton(K.spmm_chunks_kernel)[(chunks, ftiles)](
+        _wrap(K.spmm_chunks_kernel)[(chunks, ftiles)](
             ptr, idx, perm_arg, val_arg, B, part, n, F, Kh, H, SPLIT_CHUNK, _iters(n), **flags, BLOCK_E=BLOCK_E, BLOCK_F=BF,
         )
-    wrap_triton(K.spmm_rows_kernel)[(n, ftiles)](
+    _wrap(K.spmm_rows_kernel)[(n, ftiles)](
         ptr, idx, perm_arg, val_arg, B, part, out, B if bias is None else bias.contiguous(), n, F, Kh, H, SPLIT_CHUNK, ell_width, **flags,
         ELL=ell_width > 0, SPLIT=split, ACCUMULATE=accumulate, HAS_BIAS=bias is not None, BLOCK_E=BLOCK_E, BLOCK_F=BF,
     )
@@ -180,7 +200,7 @@ def _sddmm(mode: int, rows, idx, perm, val, B: Tensor, C: Tensor, slots: int, nn
     if slots == 0:
         return out
     BE = max(BLOCK_E, 64)
-    wrap_triton(K.sddmm_kernel)[(triton.cdiv(slots, BE), H)](
+    _wrap(K.sddmm_kernel)[(triton.cdiv(slots, BE), H)](
         rows, idx, idx if perm is None else perm, B if val is None else val.contiguous(), B.contiguous(), C.contiguous(), out,
         slots, B.shape[0], H, Kh, _iters(B.shape[0]), ell_width,
         MODE=mode, HAS_PERM=perm is not None, HAS_VAL=val is not None, ACC64=_acc64(B), BLOCK_E=BE, BLOCK_K=_pow2(Kh, MAX_BLOCK_K),
@@ -214,7 +234,7 @@ def edge_softmax_rows(ptr, perm, scores):
     n, H = ptr.shape[0] - 1, scores.shape[1]
     if n == 0 or scores.shape[0] == 0:
         return out
-    wrap_triton(K.edge_softmax_kernel)[(n,)](
+    _wrap(K.edge_softmax_kernel)[(n,)](
         ptr, ptr if perm is None else perm, scores.contiguous(), out, H,
         HAS_PERM=perm is not None, ACC64=_acc64(scores), BLOCK_E=BLOCK_E, BLOCK_H=_pow2(H, 1 << 16),
     )
@@ -257,7 +277,7 @@ def gat_attention(ptr, idx, perm, s, d, M, negative_slope, p, seed, want_leaky):
         return out, alpha, leaky
     consts, thresh = _consts(negative_slope, p, M)
     BK = _pow2(Kh, MAX_BLOCK_K)
-    wrap_triton(K.gat_forward_kernel)[(out.shape[0], H, triton.cdiv(Kh, BK))](
+    _wrap(K.gat_forward_kernel)[(out.shape[0], H, triton.cdiv(Kh, BK))](
         ptr, idx, idx if perm is None else perm, s.contiguous(), d.contiguous(), M.contiguous(), alpha,
         leaky if want_leaky else alpha, out, H, Kh, consts, seed, thresh,
         HAS_PERM=perm is not None, WANT_LEAKY=want_leaky, DROP=p > 0, ACC64=_acc64(M), BLOCK_E=BLOCK_E, BLOCK_K=BK,
@@ -282,13 +302,13 @@ def gat_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, M, a_src, a_dst
     G, M = G.contiguous(), M.contiguous()
     BK = _pow2(Kh, MAX_BLOCK_K)
     any_ = alpha_d if write_ad else alpha
-    wrap_triton(K.gat_backward_rows_kernel)[(n, H)](
+    _wrap(K.gat_backward_rows_kernel)[(n, H)](
         ptr, idx, idx if perm is None else perm, G, M,
         alpha if cached else any_, leaky if cached else any_, s if s is not None else any_, d if d is not None else any_,
         any_, dy, dd, H, Kh, consts, seed, thresh,
         HAS_PERM=perm is not None, CACHED=cached, DROP=p > 0, WRITE_AD=write_ad, ACC64=_acc64(M), BLOCK_E=BLOCK_E, BLOCK_K=BK,
     )
-    wrap_triton(K.gat_backward_cols_kernel)[(n, H, triton.cdiv(Kh, BK))](
+    _wrap(K.gat_backward_cols_kernel)[(n, H, triton.cdiv(Kh, BK))](
         tptr, tidx, tidx if tperm is None else tperm, G, any_, dy, dd, a_src.contiguous(), a_dst.contiguous(), dM, ds, H, Kh,
         HAS_PERM=tperm is not None, ACC64=_acc64(M), BLOCK_E=BLOCK_E, BLOCK_K=BK,
     )
@@ -305,7 +325,7 @@ def gatv2_attention(ptr, idx, perm, XL, XR, att, negative_slope, p, seed, want_a
     if out.numel() == 0:
         return out, alpha, lse
     consts, thresh = _consts(negative_slope, p, XL)
-    wrap_triton(K2.gatv2_forward_kernel)[(n, H)](
+    _wrap(K2.gatv2_forward_kernel)[(n, H)](
         ptr, idx, idx if perm is None else perm, XL.contiguous(), XR.contiguous(), att.contiguous(), alpha if want_alpha else lse,
         lse, out, H, Kh, consts, seed, thresh,
         HAS_PERM=perm is not None, WANT_ALPHA=want_alpha, DROP=p > 0, ACC64=_acc64(XL), BLOCK_E=BLOCK_E, BLOCK_K=_pow2(Kh, 1 << 16),
@@ -330,12 +350,12 @@ def gatv2_attention_backward(ptr, idx, perm, tptr, tidx, tperm, G, XL, XR, att, 
     BK = _pow2(Kh, 1 << 16)
     flags = dict(DROP=p > 0, ACC64=_acc64(XL), BLOCK_E=BLOCK_E, BLOCK_K=BK)
     if n:
-        wrap_triton(K2.gatv2_backward_rows_kernel)[(n, H)](
+        _wrap(K2.gatv2_backward_rows_kernel)[(n, H)](
             ptr, idx, idx if perm is None else perm, G, XL, XR, att, alpha, alpha if lse is None else lse.contiguous(),
             de, dXR, datt_rows, H, Kh, consts, seed, thresh, HAS_PERM=perm is not None, CACHED=cached, **flags,
         )
     if XL.shape[0]:
-        wrap_triton(K2.gatv2_backward_cols_kernel)[(XL.shape[0], H)](
+        _wrap(K2.gatv2_backward_cols_kernel)[(XL.shape[0], H)](
             tptr, tidx, tidx if tperm is None else tperm, G, XL, XR, att, alpha, de, dXL, H, Kh, consts, seed, thresh,
             HAS_PERM=tperm is not None, **flags,
         )
@@ -378,7 +398,7 @@ def transformer_attention(ptr, idx, perm, Q, K, V, Qe, attr, scale, p, seed, wan
         return out, lse, alpha, Ae
     consts, halves, thresh = _dot_consts(scale, p, seed, Q)
     Qe_, attr_, F = _edge_args(Qe, attr, lse)
-    wrap_triton(TK.dot_attention_forward_kernel)[(n, H)](
+    _wrap(TK.dot_attention_forward_kernel)[(n, H)](
         ptr, idx, idx if perm is None else perm, Q.contiguous(), K.contiguous(), V.contiguous(), Qe_, attr_, lse,
         alpha if want_alpha else lse, out, Ae if attr is not None else lse, H, C, F, consts, halves, thresh,
         HAS_PERM=perm is not None, WANT_ALPHA=want_alpha, DROP=p > 0, HAS_EDGE=attr is not None, ACC64=_acc64(Q),
@@ -407,14 +427,14 @@ def transformer_attention_backward_rows(ptr, idx, perm, G, Q, K, V, Qe, Ge, attr
     BC, BF = _pow2(C, 1 << 16), _pow2(F, 1 << 16)
     any_ = alpha_d if write_ad else alpha
     has_edge = attr is not None
-    wrap_triton(TK.dot_attention_backward_rows_kernel)[(n, H)](
+    _wrap(TK.dot_attention_backward_rows_kernel)[(n, H)](
         ptr, idx, idx if perm is None else perm, G, Q, K, V, Qe_, Ge_, attr_, alpha if cached else any_,
         lse if lse is not None else any_, de, any_, dQ, dQe if has_edge else de, H, G.shape[1], C, F, consts, halves, thresh,
         HAS_PERM=perm is not None, CACHED=cached, DROP=p > 0, WRITE_AD=write_ad, HAS_EDGE=has_edge, ACC64=_acc64(Q),
         BLOCK_E=BLOCK_E, BLOCK_C=BC, BLOCK_F=BF,
     )
     if has_edge and q:
-        wrap_triton(TK.dot_attention_edge_grad_kernel)[(n,)](
+        _wrap(TK.dot_attention_edge_grad_kernel)[(n,)](
             ptr, idx if perm is None else perm, Qe_, Ge_, de, any_, dattr, H, F, consts,
             HAS_PERM=perm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_F=BF,
         )
@@ -440,7 +460,7 @@ def transformer_attention_backward_cols(tptr, tidx, tperm, G, Q, ea, alpha, scal
     if m == 0:
         return dK, dV
     consts = _pair(scale, 1.0, Q)  # (the kernel reads the scale only)
-    wrap_triton(TK.dot_attention_backward_cols_kernel)[(m, H)](
+    _wrap(TK.dot_attention_backward_cols_kernel)[(m, H)](
         tptr, tidx, tidx if tperm is None else tperm, G.contiguous(), Q.contiguous(), ad.contiguous(), de.contiguous(), dK, dV, H, G.shape[1], C, consts,
         HAS_PERM=tperm is not None, ACC64=_acc64(Q), BLOCK_E=BLOCK_E, BLOCK_C=_pow2(C, 1 << 16),
     )
