@@ -1,4 +1,4 @@
-"""The ``corgnn`` command: ``train``, ``explain``, ``bench``.
+"""The ``corgnn`` command: ``train``, ``explain``, ``bench``, ``warm``.
 
 The command keeps freed CPU memory in its process for reuse
 (:func:`corgnn.runtime.reuse_freed_memory`; ``CORGNN_REUSE_FREED_MEMORY=0`` keeps
@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "train": ("corgnn.training.cli", "train a 2-layer GCN (or GAT) on a real Planetoid dataset"),
     "explain": ("corgnn.explain", "print the cost tables and scheme choices for sizes or a dataset"),
     "bench": ("corgnn.bench.cli", "benchmarks against PyTorch Geometric"),
+    "warm": ("corgnn.warmup", "compile corgnn's common Numba kernels into this machine's cache now (no compile on later first calls)"),
 }
 
 

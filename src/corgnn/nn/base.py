@@ -210,8 +210,9 @@ def _numba_runs(x: torch.Tensor) -> bool:
     if x.device.type != "cpu" or x.dtype not in _NUMBA_DTYPES:
         return False
     from ..sparse.backends.numba_threads import launch, unusable_reason
+    from ..sparse.backends.numba_warmup import cold_reason
 
-    if unusable_reason() is not None:
+    if unusable_reason() is not None or cold_reason() is not None:
         return False
     launch()  # (the kernels below are parallel: launched keeping torch's thread count)
     return True

@@ -34,6 +34,7 @@ from numba import njit
 
 from .backends.numba_kernels import empty_array
 from .backends.numba_threads import load_target
+from .backends.numba_warmup import cold_reason
 
 __all__ = ["coo_to_csr", "adjacency_csr", "csr_to_csc", "LOOPS_KEEP", "LOOPS_REMAINING", "LOOPS_DIAGONAL", "LOOPS_REPLACE",
            "NORM_NONE", "NORM_SYMMETRIC", "NORM_MEAN", "supported"]
@@ -56,8 +57,10 @@ _JIT = dict(cache=True, nogil=True)
 
 
 def supported(device: torch.device, dtype: torch.dtype | None) -> bool:
-    """Whether these kernels build for ``device`` and value ``dtype`` (None: a pattern)."""
-    return device.type == "cpu" and (dtype is None or dtype in _NUMBA_DTYPES)
+    """Whether these kernels build for ``device`` and value ``dtype`` (None: a pattern),
+    now: not while Numba compiles them in the background (a cold cache,
+    :mod:`corgnn.sparse.backends.numba_warmup`; the torch path builds meanwhile)."""
+    return device.type == "cpu" and (dtype is None or dtype in _NUMBA_DTYPES) and cold_reason() is None
 
 
 @njit(**_JIT)

@@ -34,7 +34,7 @@ import os
 import threading
 from typing import Callable
 
-from .backends.base import Backend, Case
+from .backends.base import Backend, Case, TransientReason
 
 __all__ = ["Case", "Backend", "register_backend", "use_backend", "available_backends", "select", "PRIORITY", "ENV_VAR"]
 
@@ -52,7 +52,8 @@ _SELECTED: dict[tuple[Case, str | None], tuple[Backend, Callable]] = {}
 # (a forked child selects again: a backend may not run there, see backends.numba_threads)
 os.register_at_fork(after_in_child=_SELECTED.clear)
 """Memo of :func:`select` per (case, forced name): a backend's answers depend on the
-case and the machine only, so each case is decided once per process."""
+case and the machine only, so each case is decided once per process (except past a
+:class:`~corgnn.sparse.backends.base.TransientReason`: asked again next call)."""
 _local = threading.local()
 
 
@@ -137,23 +138,32 @@ def _selected(case: Case) -> tuple[Backend, Callable]:
     forced = _forced()
     hit = _SELECTED.get((case, forced))
     if hit is None:
-        b = _select(case, forced)
-        hit = _SELECTED[(case, forced)] = (b, b.kernel(case.op))
+        b, transient = _select(case, forced)
+        hit = (b, b.kernel(case.op))
+        if not transient:
+            _SELECTED[(case, forced)] = hit
     return hit
 
 
-def _select(case: Case, forced: str | None) -> Backend:
+def _select(case: Case, forced: str | None) -> tuple[Backend, bool]:
+    """The backend, and whether a backend before it declined for now only."""
     reg = _registry()
     if forced:
         _check_name(forced)
         b = reg[forced]
-        if _reason(b, case) is None:
-            return b
+        why = _reason(b, case)
+        if why is None or isinstance(why, TransientReason):
+            return b, False  # (forced: one still starting runs now)
     else:
+        transient = False
         for name in PRIORITY.get(case.device, ("torch",)):
             b = reg.get(name)
-            if b is not None and _reason(b, case) is None:
-                return b
+            if b is None:
+                continue
+            why = _reason(b, case)
+            if why is None:
+                return b, transient
+            transient = transient or isinstance(why, TransientReason)
     why = "; ".join(f"{n}: {_reason(b, case) or 'supported'}" for n, b in reg.items())
     head = f"backend {forced!r} (forced by use_backend/${ENV_VAR}) cannot run" if forced else "no backend can run"
     raise ValueError(f"{head} {case}. Reasons: {why}")

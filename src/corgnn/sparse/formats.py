@@ -83,6 +83,13 @@ def check_index(t, name: str, what: str, *, dim: int = 1, dtype: torch.dtype = t
         raise ValueError(f"{what}: {name} is on {t.device} but the other index arrays are on {device}")
 
 
+def _build_supported(device: torch.device, dtype: torch.dtype | None) -> bool:
+    """Whether the O(q) Numba builds (:mod:`corgnn.sparse.build`) run here now."""
+    from .build import supported
+
+    return supported(device, dtype)
+
+
 def _can_read(*tensors) -> bool:
     """Whether the tensors hold data that may be read (not fake / meta under tracing)."""
     return not torch.compiler.is_compiling() and all(t.device.type != "meta" for t in tensors)
@@ -439,7 +446,7 @@ class CSR(SparseFormat):
         """
         n, m = validate_coo(row, col, shape, "CSR.from_coo", check=check)
         check_values(val, row.numel(), "CSR.from_coo")
-        if row.numel() and row.device.type == "cpu" and (val is None or (val.dim() == 1 and val.dtype in (torch.float32, torch.float64))):
+        if row.numel() and row.device.type == "cpu" and (val is None or val.dim() == 1) and _build_supported(row.device, None if val is None else val.dtype):
             # NOTE: counting sorts (sparse/build.py), O(q): the same entries, order and sums
             from .build import coo_to_csr
 
@@ -527,7 +534,7 @@ class CSR(SparseFormat):
         if not transpose:
             return self.rowptr, self.col, None
         n, m = self.shape
-        if self.device.type == "cpu":  # one counting sort on the column, O(nnz)
+        if _build_supported(self.device, None):  # one counting sort on the column, O(nnz)
             from .build import csr_to_csc
 
             return csr_to_csc(self.rowptr, self.col, m)

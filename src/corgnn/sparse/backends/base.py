@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["Case", "Backend", "OpSpec", "KERNEL_OPS", "OP_NAMES"]
+__all__ = ["Case", "Backend", "TransientReason", "OpSpec", "KERNEL_OPS", "OP_NAMES"]
 
 
 class Case(NamedTuple):
@@ -330,6 +330,13 @@ def _(tptr, tidx, tperm, G, Q, ea, alpha, scale):
 
 OP_NAMES: tuple[str, ...] = tuple(KERNEL_OPS)
 """The declared op list: every backend implements each as a method of the same name."""
+
+
+class TransientReason(str):
+    """A :meth:`Backend.reason` that holds for now only (the backend is still starting,
+    e.g. Numba compiling in the background): dispatch does not memoize a selection
+    made past it, so the backend is asked again on the next call; a forced backend runs
+    despite it."""
 
 
 class Backend:

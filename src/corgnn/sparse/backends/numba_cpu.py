@@ -21,7 +21,7 @@ from . import numba_gat_kernels as gk
 from . import numba_gatv2_kernels as g2k
 from . import numba_transformer_kernels as tk
 from . import numba_kernels as k
-from . import numba_threads
+from . import numba_threads, numba_warmup
 
 __all__ = ["NumbaBackend"]
 
@@ -180,7 +180,7 @@ class NumbaBackend(Backend):
     def supports(self, case: Case) -> str | None:
         if case.device != "cpu":
             return f"runs on CPU tensors only, got {case.device}"
-        unusable = numba_threads.unusable_reason()
+        unusable = numba_threads.unusable_reason() or numba_warmup.cold_reason()
         if unusable is not None:
             return unusable
         if case.dtype not in _DTYPES:

@@ -42,7 +42,7 @@ import threading
 import numba
 import torch
 
-__all__ = ["load_target", "start_runtime", "runtime_cache_file", "runtime_source", "launch", "launch_lock", "mark_launched", "serialised", "unusable_reason"]
+__all__ = ["load_target", "start_runtime", "runtime_cache_file", "cache_folder", "runtime_source", "launch", "launch_lock", "mark_launched", "serialised", "unusable_reason"]
 
 _state = {"lock": threading.Lock(), "launched": False, "serial": True, "torch_omp": False, "layer": None, "unusable": None, "runtime": None}
 # ("runtime": how :func:`start_runtime` started Numba's runtime: "loaded" from disk, "compiled" and written, "numba"'s own start)
@@ -106,7 +106,14 @@ def runtime_cache_file(codegen) -> str | None:
     import llvmlite
 
     key = repr((sys.version, numba.__version__, llvmlite.__version__, codegen.magic_tuple()))
-    name = f"corgnn-nrt-{hashlib.sha256(key.encode()).hexdigest()[:16]}.bin"
+    folder = cache_folder()
+    return None if folder is None else os.path.join(folder, f"corgnn-nrt-{hashlib.sha256(key.encode()).hexdigest()[:16]}.bin")
+
+
+def cache_folder() -> str | None:
+    """Where corgnn keeps its own files beside Numba's cache of its kernels: Numba's
+    cache directory (``NUMBA_CACHE_DIR``) or this package's ``__pycache__``; None when
+    neither is writable."""
     for folder in (numba.config.CACHE_DIR or None, os.path.join(os.path.dirname(__file__), "__pycache__")):
         if folder:
             try:
@@ -114,7 +121,7 @@ def runtime_cache_file(codegen) -> str | None:
             except OSError:
                 continue
             if os.access(folder, os.W_OK):
-                return os.path.join(folder, name)
+                return folder
     return None
 
 
