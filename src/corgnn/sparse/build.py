@@ -54,6 +54,12 @@ aggregation."""
 
 _NUMBA_DTYPES = (torch.float32, torch.float64)
 _JIT = dict(cache=True, nogil=True)
+# NOTE: the kernels' helpers are inlined into their callers (``inline="always"``, at
+# Numba's IR level): each separately compiled helper cost 55-80 ms of an empty cache's
+# first call (a pipeline and an LLVM module each). Measured 2026-11-28, 2-core VM, a
+# 3-layer GIN's first training step on 32 small graphs, empty cache, two runs each:
+# 2.76-2.84 s -> 2.44-2.52 s (the build kernel's compile 1.83-1.85 -> 1.22-1.25 s); the
+# warm build of that batch 24.1-24.4 -> 22.9-23.4 us (alternating processes).
 
 
 def supported(device: torch.device, dtype: torch.dtype | None) -> bool:
@@ -63,7 +69,7 @@ def supported(device: torch.device, dtype: torch.dtype | None) -> bool:
     return device.type == "cpu" and (dtype is None or dtype in _NUMBA_DTYPES) and cold_reason() is None
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _filled(size, like, value):
     """``np.full(size, value, dtype=like.dtype)`` in a kernel (see
     :func:`~corgnn.sparse.backends.numba_kernels.empty_array`)."""
@@ -73,7 +79,7 @@ def _filled(size, like, value):
     return out
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _head(a, size):
     """A new copy of ``a[:size]`` (see :func:`_filled`)."""
     out = empty_array(size, a)
@@ -177,7 +183,7 @@ def _coalesce(rowptr, col, val, has_val, order, entry):
         rowptr[i + 1] = w
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _entries(order, entry):
     """``entry[order[p]] = p`` for the recorded ids ``order[p] < entry.shape[0]``."""
     q = entry.shape[0]
@@ -186,7 +192,7 @@ def _entries(order, entry):
             entry[order[p]] = p
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _pointer(index, count, size):
     """Compressed pointer ``(size+1,)`` of the ids ``index[:count]`` (any order): counts,
     then their running sum."""
@@ -257,7 +263,7 @@ def _csr_to_csc_kernel(rowptr, col, m):
     return colptr, row, perm
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _count_rows(src, dst, w, has_w, n, loops, fill, norm, out_dtype_val):
     """The edges counting-sorted on their target (stable: each row in edge order),
     self-loops handled by ``loops`` (appended loops last in their rows), weights
@@ -308,7 +314,7 @@ def _count_rows(src, dst, w, has_w, n, loops, fill, norm, out_dtype_val):
     return rowptr, col, val, order
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _finish(rowptr, col, val, norm, transposed):
     """``NORM_SYMMETRIC`` applied to ``val`` in place, and with ``transposed`` the CSC
     dual ``(colptr, row, perm)`` (else three empty arrays)."""
