@@ -93,12 +93,15 @@ def test_a_lock_of_a_dead_process_is_taken_over(tmp_path):
 
 
 def test_warm_command_fills_an_empty_cache_and_a_later_process_starts_on_numba(tmp_path):
-    env = _env(tmp_path)
+    env = _env(tmp_path, **{numba_warmup.ENV_VAR: "background"})  # (warm compiles here all the same)
     out = subprocess.run([sys.executable, "-m", "corgnn.cli", "warm"], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "compiling GIN kernels" in out.stderr and "marker" in out.stdout
     cached = os.listdir(tmp_path / "numba-cache")
     assert any(name.startswith("corgnn-warm-") and name.endswith(".ok") for name in cached)
+    assert not any(name.endswith(".lock") for name in cached)  # no background warm-up started
+    kernels = [f for _, _, files in os.walk(tmp_path / "numba-cache") for f in files if f.endswith(".nbi")]
+    assert any(f.startswith("numba_kernels.spmm_rows") for f in kernels) and any(f.startswith("build._adjacency") for f in kernels)
     code = """
 import torch
 from corgnn.sparse.backends import numba_warmup

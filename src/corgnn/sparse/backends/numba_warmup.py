@@ -184,9 +184,10 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def compile_common(progress=None) -> None:
     """Compile (or load from the cache) the kernels of GCN, GIN, SAGE and GraphConv
-    models in float32, by running small ``optimize()``d PyG models (in a process that
-    is not cold: on the ``numba`` backend): training and inference steps, dense and sparse (bag-of-words) features, the
-    same graph again and a fresh one. ``progress(str)``: called before each model."""
+    models in float32 by running small ``optimize()``d PyG models on them (in a process
+    not waiting for a warm-up): training and inference steps, dense and sparse
+    (bag-of-words) features, the same graph again and a fresh one. ``progress(str)``:
+    called before each model."""
     import torch
     from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
 
@@ -227,11 +228,11 @@ def warm(progress=None) -> str | None:
     """Compile the common kernels in this process now (:func:`compile_common`) and
     write the marker, so later processes start on Numba; returns the marker's path
     (None: no writable cache folder, the kernels are compiled but not marked)."""
+    _state["cold"] = False  # (this process compiles: on Numba, even where it found the cache cold)
     compile_common(progress)
     marker = marker_path()
     if marker is not None:
         _write(marker)
-    _state["cold"] = False
     return marker
 
 
