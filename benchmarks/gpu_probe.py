@@ -2,7 +2,7 @@
 their ``corgnn.optimize()``d copy: ms per step (Adam), host syncs
 (``torch.cuda.set_sync_debug_mode``), kernel launches (``torch.profiler``) and
 corgnn's Python hotspots (cProfile). Run from the checkout root with the datasets
-under ``data/``: ``python benchmarks/gpu_probe.py`` (about 30 s on an H100; on CPU
+under ``data/`` (or ``$CORGNN_DATA``): ``python benchmarks/gpu_probe.py`` (about 30 s on an H100; on CPU
 it runs too, without sync and launch counts).
 
 Results of 2026-11-27: ``benchmarks/results/gpu-h100-20261127/README.md``.
@@ -11,6 +11,7 @@ Results of 2026-11-27: ``benchmarks/results/gpu-h100-20261127/README.md``.
 import copy
 import cProfile
 import io
+import os
 import pstats
 import time
 import warnings
@@ -52,7 +53,7 @@ def sync():
 
 
 def main():
-    d = load_planetoid("Cora", root="data")
+    d = load_planetoid("Cora", root=os.environ.get("CORGNN_DATA", "data"))
     x, ei, y = d.x.to(DEV), d.edge_index.to(DEV), d.y.to(DEV)
 
     def step(model, opt):

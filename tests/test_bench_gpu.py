@@ -19,23 +19,25 @@ def test_dry_run_prints_the_plan_within_budget(tmp_path, capsys):
     assert main(["bench", "gpu", "--dry-run", "--root", str(tmp_path / "data"), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     steps = gpu.plan(out, str(tmp_path / "data"))
-    assert [s.name for s in steps] == ["check", "tests", "spmm", "spmm-cusparse", "gcn", "gcn-compiled", "gat", "gat-compiled",
+    assert [s.name for s in steps] == ["check", "probe", "tests", "spmm", "spmm-cusparse", "gcn", "gcn-compiled", "gat", "gat-compiled",
                                          "gatv2", "gatv2-compiled", "transformer", "transformer-compiled"]
     for s in steps:
         assert s.command() in text
         if s.name == "check":
             assert "gpu-check --device cuda" in s.command() and f"--out {out.resolve() / 'check'}" in s.command()
+        elif s.name == "probe":
+            assert s.argv[0].endswith("benchmarks/gpu_probe.py") and (gpu.CHECKOUT / "benchmarks" / "gpu_probe.py").exists()
         elif s.name != "tests":  # every bench on CUDA, reading the given data root, writing under out
             assert "--device cuda" in s.command() and f"--root {tmp_path / 'data'}" in s.command()
             assert f"--out {out.resolve() / s.name}" in s.command()
-    assert dict(steps[1].env)["CORGNN_DATA"] == str(tmp_path / "data")
+    assert dict(steps[1].env)["CORGNN_DATA"] == dict(steps[2].env)["CORGNN_DATA"] == str(tmp_path / "data")
     assert all((gpu.CHECKOUT / f).exists() for f in gpu.TEST_FILES)
     total = sum(s.minutes for s in steps)
     assert total <= gpu.BUDGET_MIN and f"at most {total:.0f} min" in text
     assert not out.exists()  # a dry run writes nothing
     quick = gpu.plan(out, None, quick=True)
-    assert sum(s.minutes for s in quick) < total and all("--quick" in s.argv for s in quick if s.name not in ("tests", "check"))
-    assert "bench gcn --variants pyg-coo-compiled" in steps[5].command() and "--no-compile" in steps[4].command()
+    assert sum(s.minutes for s in quick) < total and all("--quick" in s.argv for s in quick if s.name not in ("tests", "check", "probe"))
+    assert "bench gcn --variants pyg-coo-compiled" in steps[6].command() and "--no-compile" in steps[5].command()
 
 
 def test_run_steps_records_status_logs_and_summaries(tmp_path):

@@ -9,6 +9,8 @@ step               command
 =================  ==================================================================
 ``check``          ``corgnn bench gpu-check --device cuda``: every layer, scheme,
                    cache and format against PyG's on the GPU (outputs, gradients)
+``probe``          ``benchmarks/gpu_probe.py``: a Cora GCN and GAT step's host side
+                   (launches, syncs, cProfile; how the wrap_triton dispatch was found)
 ``tests``          ``pytest`` on the op and layer tests (their CUDA parametrisations
                    run when CUDA is available); JUnit XML and the log kept
 ``spmm``           ``corgnn bench spmm --device cuda`` (automatic backend: triton)
@@ -123,6 +125,8 @@ def plan(out: Path, root: str | None = None, quick: bool = False, minutes: float
     steps = [
         Step("check", (*bench, "gpu-check", "--device", "cuda", "--out", str(out / "check")), 2.5,
              "corgnn's layers vs PyG's on CUDA: every GCN scheme, GAT cache and format, SAGE/GraphConv/GIN/SGC/APPNP/GATv2/Transformer, outputs and gradients"),
+        Step("probe", (str(CHECKOUT / "benchmarks" / "gpu_probe.py"),), 1.0,
+             "a Cora GCN and GAT training step, PyG's and optimize()d: ms, kernel launches, host syncs, corgnn's Python hotspots", env),
         Step("tests", ("-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={out / 'tests.xml'}", *(str(CHECKOUT / f) for f in TEST_FILES)), 6.0,
              "op and layer tests (CUDA parametrisations included)", env),
         Step("spmm", (*bench, "spmm", "--device", "cuda", "--out", str(out / "spmm"), *data, *q), 5.0 if not quick else 2.0,
