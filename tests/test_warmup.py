@@ -40,6 +40,9 @@ def cold(monkeypatch, tmp_path):
     monkeypatch.setitem(numba_warmup._state, "cold", True)
     monkeypatch.setitem(numba_warmup._state, "marker", str(tmp_path / "absent.ok"))
     monkeypatch.setitem(numba_warmup._state, "proc", None)
+    lock = tmp_path / "absent.lock"
+    lock.write_text(str(os.getpid()))  # a live process holds the warm-up's lock
+    monkeypatch.setitem(numba_warmup._state, "lock", str(lock))
     monkeypatch.setitem(numba_warmup._state, "since", time.monotonic())
     monkeypatch.setitem(numba_warmup._state, "next", time.monotonic() + 3600)
     monkeypatch.setattr(dispatch, "_SELECTED", {})
@@ -83,13 +86,25 @@ def test_a_cold_process_runs_torch_and_its_results(cold):
     assert dispatch.select(CASE).name == "numba"
 
 
+def _dead_pid() -> str:
+    return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+
+
 def test_a_lock_of_a_dead_process_is_taken_over(tmp_path):
     lock = tmp_path / "w.lock"
     lock.write_text(str(os.getpid()))  # alive: another process compiles
     assert not numba_warmup._take_lock(str(lock))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
-    lock.write_text(dead)
+    lock.write_text(_dead_pid())
     assert numba_warmup._take_lock(str(lock)) and lock.read_text() == str(os.getpid())
+
+
+def test_a_warm_up_that_died_unmarked_ends_the_wait(cold, tmp_path):
+    assert numba_warmup.cold_reason() is not None
+    numba_warmup._state["next"] = 0.0
+    assert numba_warmup.cold_reason() is not None  # its holder alive: still waiting
+    (tmp_path / "absent.lock").write_text(_dead_pid())  # another process's warm-up died without the marker
+    numba_warmup._state["next"] = 0.0
+    assert numba_warmup.cold_reason() is None and dispatch.select(CASE).name == "numba"  # compiles here now
 
 
 def test_warm_command_fills_an_empty_cache_and_a_later_process_starts_on_numba(tmp_path):

@@ -60,7 +60,7 @@ _REASON = TransientReason(
     "or corgnn or Numba changed; `corgnn warm` compiles them up front); the torch backend runs until it is done"
 )
 
-_state: dict = {"cold": None, "marker": None, "proc": None, "since": 0.0, "next": 0.0}
+_state: dict = {"cold": None, "marker": None, "lock": None, "proc": None, "since": 0.0, "next": 0.0}
 # cold: None (not decided yet), True (waiting), False (warm or given up: Numba runs)
 
 
@@ -118,8 +118,8 @@ def _decide() -> None:
         return
     if marker is None or is_marked(marker):
         return
-    _state.update(marker=marker, since=time.monotonic(), next=time.monotonic() + POLL_S, cold=True)
     lock = marker[: -len(".ok")] + ".lock"
+    _state.update(marker=marker, lock=lock, since=time.monotonic(), next=time.monotonic() + POLL_S, cold=True)
     if _take_lock(lock):
         # one thread; the caller's session (its autogroup: see the NOTE above)
         env = dict(os.environ, **{ENV_VAR: "", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
@@ -129,32 +129,41 @@ def _decide() -> None:
                 [sys.executable, "-c", f"import sys; from {__name__} import background_main; sys.exit(background_main(*sys.argv[1:]))", marker, lock], env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0,
             )
+            with open(lock, "w") as f:  # (the compiling process holds the lock: it may outlive this one)
+                f.write(str(_state["proc"].pid))
         except OSError:
             _release(lock)
             _state["cold"] = False
 
 
 def _take_lock(lock: str) -> bool:
-    """Create ``lock`` holding this process's pid; a lock whose process is gone is
-    taken over. False: a live process holds it (that one compiles)."""
+    """Create ``lock`` holding this process's pid (then the warm-up's); a lock whose
+    process is gone is taken over. False: a live process holds it (that one compiles)."""
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            try:
-                with open(lock) as f:
-                    pid = int(f.read().strip() or 0)
-                os.kill(pid, 0)
+            if _holder_alive(lock):
                 return False
-            except (OSError, ValueError):
-                _release(lock)  # stale: its process died
-                continue
+            _release(lock)  # stale: its process died
+            continue
         except OSError:
             return False
         with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
         return True
     return False
+
+
+def _holder_alive(lock: str) -> bool:
+    """Whether the process whose pid ``lock`` holds is running."""
+    try:
+        with open(lock) as f:
+            pid = int(f.read().strip() or 0)
+        os.kill(pid, 0)
+        return pid > 0
+    except (OSError, ValueError):
+        return False
 
 
 def _release(lock: str) -> None:
@@ -171,8 +180,9 @@ def _poll() -> None:
         _state["cold"] = False
         return
     proc = _state["proc"]
-    if (proc is not None and proc.poll() is not None) or now - _state["since"] > GIVE_UP_S:
-        _state["cold"] = False  # the warm-up failed or takes too long: compile on first use
+    ended = proc.poll() is not None if proc is not None else not _holder_alive(_state["lock"])
+    if ended or now - _state["since"] > GIVE_UP_S:
+        _state["cold"] = False  # the warm-up failed (or another process's ended unmarked) or takes too long: compile on first use
 
 
 def _after_fork_in_child() -> None:
