@@ -117,6 +117,7 @@ def test_warm_command_fills_an_empty_cache_and_a_later_process_starts_on_numba(t
     assert not any(name.endswith(".lock") for name in cached)  # no background warm-up started
     kernels = [f for _, _, files in os.walk(tmp_path / "numba-cache") for f in files if f.endswith(".nbi")]
     assert any(f.startswith("numba_kernels.spmm_rows") for f in kernels) and any(f.startswith("build._adjacency") for f in kernels)
+    assert any(f.startswith("numba_gat_kernels.") for f in kernels)
     code = """
 import torch
 from corgnn.sparse.backends import numba_warmup
