@@ -97,12 +97,16 @@ def _on_operands_device(fn):
     return launch
 
 
+_WRAP_SWITCH = getattr(getattr(torch._library, "triton", None), "set_wrap_triton_enabled", None)
+"""torch's switch between ``wrap_triton``'s higher-order op and direct kernel calls
+(what ``triton_op`` enters around its eager calls), looked up once; None on a torch
+without it."""
+
+
 def _direct_kernel_calls():
     """The context in which ``wrap_triton(kernel)[grid](...)`` calls the kernel
-    itself: torch's own switch for this (what ``triton_op`` enters around its eager
-    calls); a no-op context on a torch without it."""
-    switch = getattr(getattr(torch._library, "triton", None), "set_wrap_triton_enabled", None)
-    return switch(False) if switch is not None else contextlib.nullcontext()
+    itself (:data:`_WRAP_SWITCH` off); a no-op context on a torch without the switch."""
+    return _WRAP_SWITCH(False) if _WRAP_SWITCH is not None else contextlib.nullcontext()
 
 
 def _wrap(kernel):
