@@ -396,3 +396,25 @@ def test_cli_train_sgc_and_explain_model(tmp_path, capsys):
     assert main(["explain", "--dataset", "Cora", "--model", "sage"]) == 0
     text = capsys.readouterr().out
     assert text.count("choice:") == 2 and "SAGEConv" in text
+
+
+def test_any_parameter_requires_grad_matches_the_parameters_walk():
+    """The plans' training flag reads the parameter dicts directly; it answers as
+    ``any(p.requires_grad for p in module.parameters())`` for nested, frozen, shared
+    and None-valued parameters and modules."""
+    from corgnn.nn.base import any_parameter_requires_grad
+
+    inner = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2, bias=False))
+    outer = torch.nn.ModuleDict({"a": inner, "b": torch.nn.Linear(2, 2), "shared": inner})
+    outer.register_parameter("none", None)
+    outer.register_module("empty", None)
+    cases = []
+    for frozen in ([], ["b"], ["b", "a.0"], ["b", "a.0", "a.2"]):
+        for p in outer.parameters():
+            p.requires_grad_(True)
+        for name in frozen:
+            for p in outer.get_submodule(name).parameters():
+                p.requires_grad_(False)
+        cases.append(any_parameter_requires_grad(outer))
+        assert cases[-1] == any(p.requires_grad for p in outer.parameters())
+    assert cases == [True, True, True, False]

@@ -80,10 +80,25 @@ def _run_without(net: nn.Module, container: nn.Module, key: str, h: torch.Tensor
 def _has_hooks(module: nn.Module) -> bool:
     """Whether calling ``module`` runs more than its ``forward``: hooks (its own or
     torch's global module hooks), or a compiled forward (``module.compile()``)."""
-    own = ("_compiled_call_impl", "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
     # (torch's own attribute names: one missing in another torch version counts as a
-    # hook, so the call then goes through the module's __call__, never skipping one)
-    return any(getattr(module, name, True) for name in own) or any(getattr(nn.modules.module, name, True) for name in _GLOBAL_HOOKS)
+    # hook, so the call then goes through the module's __call__, never skipping one;
+    # read from the instance dict, where Module.__init__ sets them, without a
+    # generator: ~0.5 us instead of ~1.4 per layer and call)
+    if getattr(module, "_compiled_call_impl", True):  # (a class attribute until module.compile())
+        return True
+    own = module.__dict__
+    for name in _OWN_HOOKS:
+        if own.get(name, True):
+            return True
+    for name in _GLOBAL_HOOKS:
+        if getattr(_MODULE_MODULE, name, True):
+            return True
+    return False
+
+
+_OWN_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+"""A module's own hook registries (``torch.nn.Module`` sets them in its ``__init__``)."""
+_MODULE_MODULE = nn.modules.module
 
 
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
@@ -257,12 +272,16 @@ class GINConv(CorgnnConv):
         c = self._constant_eps(self.explain_mask(graph.edge_index, graph.num_nodes, loops=False))
         # (the matrix this call multiplies by: A + cI for a frozen eps, else A's pattern
         # with its diagonal; the same entries either way, but only that one is built)
-        A = self.adjacency(graph, x.dtype, 0.0 if c is None else c)
+        return self._plan(self.adjacency(graph, x.dtype, 0.0 if c is None else c), W, x, x_nnz)
+
+    def _plan(self, A, W: torch.Tensor, x, x_nnz: int | None) -> GCNPlan:
+        """:meth:`plan` for the matrix ``A`` this call multiplies by and the first
+        Linear's ``W`` (the forward has both at hand)."""
         dense = isinstance(x, torch.Tensor)
         x_grad = dense and x.requires_grad
         training = self._backward_will_run(x_grad)
         return plan_gcn(
-            graph.num_nodes, A.nnz, W.size(1), W.size(0), input_grad=training and x_grad,
+            A.shape[0], A.nnz, W.size(1), W.size(0), input_grad=training and x_grad,
             training=training, scheme=self.scheme, candidates=GCN_SCHEMES if dense else GCN_SCHEMES[:1], x_nnz=x_nnz, approximate=True,
         )
 
@@ -286,13 +305,14 @@ class GINConv(CorgnnConv):
             values = self._values(A, graph, mask)
         slot = self._slot()
         net = submodule(self, "nn")
+        state = self.__dict__  # (last_plan: not a Parameter or module, so no Module.__setattr__, ~1 us)
         if slot is None:
-            self.last_plan = None
+            state["last_plan"] = None
             return net(spmm(A, dense, values=values))
-        lin = _linear_at(net, slot)
-        plan = self.plan(graph, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
-        self.last_plan = plan
-        h = GCNFunction.apply(dense, *weight_and_bias(lin), A, plan.scheme, xs, values)
+        W, b = weight_and_bias(_linear_at(net, slot))
+        plan = self._plan(A, W, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
+        state["last_plan"] = plan
+        h = GCNFunction.apply(dense, W, b, A, plan.scheme, xs, values)
         if slot[0] is None:  # nn is the Linear
             return h
         return _run_without(net, *slot, h)
