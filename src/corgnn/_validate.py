@@ -73,8 +73,7 @@ def check_edge_index(edge_index, num_nodes: int | None) -> int:
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
             raise ValueError(f"num_nodes must be a non-negative int, got {num_nodes!r}")
     if q:
-        lo = int(edge_index.min())
-        hi = int(edge_index.max())
+        lo, hi = (int(v) for v in torch.aminmax(edge_index))  # (one pass, not a min and a max)
         if lo < 0:
             raise ValueError(f"edge_index holds a negative node id ({lo}); node ids must be in [0, num_nodes)")
         if num_nodes is None:
