@@ -251,7 +251,11 @@ class GCNConv(CorgnnConv):
 
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan:
         """The scheme this layer would use for ``x`` on ``graph`` now, with costs."""
-        A = self.adjacency(graph, x.dtype)
+        return self._plan(graph, self.adjacency(graph, x.dtype), x, x_nnz)
+
+    def _plan(self, graph: Graph, A, x, x_nnz: int | None) -> GCNPlan:
+        """:meth:`plan` for ``graph``'s matrix ``A`` (:meth:`adjacency`), which the
+        forward has at hand."""
         dense = isinstance(x, torch.Tensor)
         x_grad = dense and x.requires_grad
         training = self._backward_will_run(x_grad)
@@ -297,8 +301,8 @@ class GCNConv(CorgnnConv):
         check_value_grad(graph)
         weight, bias = parameter(submodule(self, "lin"), "weight"), parameter(self, "bias")
         A = self.adjacency(graph, dtype)
-        plan = self.plan(graph, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
-        self.last_plan = plan
+        plan = self._plan(graph, A, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
+        self.__dict__["last_plan"] = plan  # (a plain attribute: no Module.__setattr__, ~1 us a call)
         if plan.scheme.reuse:
             return GCNFunction.apply(self._propagation.get(dense, A), weight, bias, A, plan.scheme, None, None)
         if self._constant_input(dense, graph):
