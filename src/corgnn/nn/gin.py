@@ -91,14 +91,14 @@ def _has_hooks(module: nn.Module) -> bool:
         if own.get(name, True):
             return True
     for name in _GLOBAL_HOOKS:
-        if getattr(_MODULE_MODULE, name, True):
+        if getattr(_TORCH_MODULE, name, True):
             return True
     return False
 
 
 _OWN_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 """A module's own hook registries (``torch.nn.Module`` sets them in its ``__init__``)."""
-_MODULE_MODULE = nn.modules.module
+_TORCH_MODULE = nn.modules.module
 
 
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
