@@ -210,6 +210,12 @@ def launch() -> None:
     on its own until this was one function). Launching it here and restoring torch's
     setting keeps the user's choice, and Numba follows it (capped at
     ``NUMBA_NUM_THREADS``).
+
+    NOTE (2026-11-28, torch 2.13 CPU wheel, Numba 0.68, this project's VM): there the
+    two do not share a runtime: Numba's ``omppool`` links ``libgomp.so.1.0.0`` (the
+    system's), torch ships its own ``libgomp.so.1``, so two OpenMP pools run, and
+    launching Numba's left ``torch.set_num_threads(1)`` at 1. The restore stays for
+    builds where both resolve to one ``libgomp``.
     """
     load_target()
     threads = torch.get_num_threads()
