@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from corgnn.sparse import dispatch
-from corgnn.sparse.backends import numba_warmup
+from corgnn.sparse.backends import numba_threads, numba_warmup
 from corgnn.sparse.backends.base import Case, TransientReason
 from corgnn.sparse.backends.torch_ref import TorchBackend
 
@@ -120,7 +120,7 @@ def test_warm_command_fills_an_empty_cache_and_a_later_process_starts_on_numba(t
     assert any(f.startswith("numba_gat_kernels.") for f in kernels)
     code = """
 import torch
-from corgnn.sparse.backends import numba_warmup
+from corgnn.sparse.backends import numba_threads, numba_warmup
 from corgnn.sparse.dispatch import select, Case
 assert numba_warmup.cold_reason() is None
 print(select(Case("spmm_rows", "cpu", torch.float32)).name)
@@ -136,7 +136,7 @@ def test_background_warmup_runs_torch_until_the_kernels_are_compiled(tmp_path):
 import time, torch
 from torch_geometric.nn import GINConv
 import corgnn
-from corgnn.sparse.backends import numba_warmup
+from corgnn.sparse.backends import numba_threads, numba_warmup
 from corgnn.sparse.dispatch import select, Case, use_backend
 torch.manual_seed(0)
 class Model(torch.nn.Module):
@@ -164,3 +164,127 @@ print(numba_warmup.is_marked(numba_warmup.marker_path()))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["torch", "numba", "True"]
     assert not any(name.endswith(".lock") for name in os.listdir(tmp_path / "numba-cache"))  # released
+
+
+def test_gc_is_paused_while_a_corgnn_kernel_compiles_and_restored_after():
+    """The ``numba:compile`` listener (sent by Numba around each compile): the
+    collector is off inside a compile of a corgnn kernel, nested compiles included,
+    and back as it was after; other functions' compiles leave it alone."""
+    import gc
+    import types
+
+    from numba.core import event
+
+    numba_threads.pause_gc_while_compiling()
+    ours = {"dispatcher": types.SimpleNamespace(py_func=types.SimpleNamespace(__module__="corgnn.sparse.build"))}
+    theirs = {"dispatcher": types.SimpleNamespace(py_func=types.SimpleNamespace(__module__="user_module"))}
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with event.trigger_event("numba:compile", data=theirs):
+            assert gc.isenabled()
+        with event.trigger_event("numba:compile", data=ours):
+            assert not gc.isenabled()
+            with event.trigger_event("numba:compile", data=theirs):  # a callee
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(ValueError), event.trigger_event("numba:compile", data=ours):
+            raise ValueError("a failed compile")
+        assert gc.isenabled()
+        gc.disable()  # a user who turned it off keeps it off
+        with event.trigger_event("numba:compile", data=ours):
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_serial_spmm_kernel_equals_the_parallel_one(dtype):
+    from corgnn.sparse.backends import numba_kernels as k
+
+    gen = torch.Generator().manual_seed(3)
+    n, q, f = 300, 2000, 19
+    row = torch.randint(0, n, (q,), generator=gen).sort().values
+    ptr = torch.cat([torch.zeros(1, dtype=torch.int64), torch.bincount(row, minlength=n).cumsum(0)]).numpy()
+    idx = torch.randint(0, n, (q,), generator=gen).numpy()
+    B = torch.randn(n, f, generator=gen, dtype=dtype).numpy()
+    val = torch.rand(q, generator=gen, dtype=dtype).numpy()
+    perm = torch.randperm(q, generator=gen).numpy()
+    bias = torch.randn(f, generator=gen, dtype=dtype).numpy()
+    chunks = torch.tensor([0, 70, 150, 151, n]).numpy()
+    empty_i, empty_v = perm[:0], val[:0]
+    for v, pm, b in ((val, empty_i, empty_v), (empty_v, empty_i, empty_v), (val, perm, empty_v), (val, empty_i, bias)):
+        a = torch.full((n, f), float("nan"), dtype=dtype).numpy()
+        s = a.copy()
+        k.spmm_rows(ptr, idx, v, pm, chunks, B, a, b)
+        k.spmm_rows_serial(ptr, idx, v, pm, chunks, B, s, b)
+        assert not torch.isnan(torch.from_numpy(s)).any()
+        assert torch.equal(torch.from_numpy(a), torch.from_numpy(s))  # the same sums in the same order
+
+
+def test_tier_runs_serial_until_its_time_is_spent_then_marks_the_parallel_kernel(monkeypatch, tmp_path):
+    import numba
+    import numpy as np
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(numba_warmup._state, "tier_up", False)
+    monkeypatch.setenv(numba_warmup.TIER_ENV_VAR, "1e-9")
+    calls = []
+
+    @numba.njit(cache=False)
+    def kernel(a):  # (a fresh dispatcher: its first call compiles)
+        a[0] += 1.0
+
+    def run(tier, tasks):
+        a = np.zeros(1)
+        tier.serial(kernel, (a,), tasks)
+        calls.append(a[0])
+
+    tier = numba_warmup.Tier("tier-test")
+    assert not tier.parallel()
+    run(tier, 4)  # compiles: not counted
+    assert not tier.parallel()
+    run(tier, 1)  # one task: the serial kernel is the fast one, not counted
+    assert not tier.parallel() and not os.path.exists(numba_warmup.marker_path("tier-test"))
+    run(tier, 4)
+    assert tier.parallel() and calls == [1.0, 1.0, 1.0]
+    assert os.path.exists(numba_warmup.marker_path("tier-test"))
+    assert numba_warmup.Tier("tier-test").parallel()  # a later process: parallel from its first call
+    assert not numba_warmup.Tier("tier-other").parallel()
+    monkeypatch.setenv(numba_warmup.TIER_ENV_VAR, "0")
+    assert numba_warmup.Tier("tier-other").parallel()
+
+
+def test_a_cold_process_trains_on_the_serial_spmm_and_tiers_up(tmp_path):
+    """End to end, in fresh processes on an empty cache: an optimize()d GCN's steps on a
+    batch of small graphs run the serial SpMM (the parallel one not compiled), past
+    ``CORGNN_TIER_UP_S`` the parallel one, with equal outputs; a later process starts
+    on the parallel kernel."""
+    code = """
+import sys, torch
+from torch_geometric.nn import GCNConv
+import corgnn
+from corgnn.sparse.backends import numba_kernels as k
+torch.manual_seed(0)
+conv = corgnn.optimize(GCNConv(16, 16))
+ei = torch.cat([torch.randint(0, 25, (2, 60)) + 25 * i for i in range(32)], 1)
+x = torch.randn(800, 16)
+outs = []
+for _ in range(int(sys.argv[1])):
+    out = conv(x, ei.clone())
+    out.sum().backward()
+    outs.append(out.detach())
+for o in outs[1:]:
+    torch.testing.assert_close(o, outs[0], rtol=0, atol=0)
+print(len(k.spmm_rows_serial.signatures), len(k.spmm_rows.plain.signatures))
+"""
+    env = _env(tmp_path, **{numba_warmup.TIER_ENV_VAR: "1e-9"})
+    first = subprocess.run([sys.executable, "-c", code, "1"], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and first.stdout.split() == ["1", "0"], first.stderr[-3000:]
+    tiered = subprocess.run([sys.executable, "-c", code, "4"], env=env, capture_output=True, text=True, timeout=300)
+    assert tiered.returncode == 0 and tiered.stdout.split() == ["1", "1"], tiered.stderr[-3000:]
+    assert any(name.startswith("corgnn-tier-spmm_rows-float32-") for name in os.listdir(tmp_path / "numba-cache"))
+    later = subprocess.run([sys.executable, "-c", code, "2"], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert later.returncode == 0 and later.stdout.split() == ["0", "1"], later.stderr[-3000:]

@@ -59,7 +59,8 @@ _JIT = dict(cache=True, nogil=True)
 # first call (a pipeline and an LLVM module each). Measured 2026-11-28, 2-core VM, a
 # 3-layer GIN's first training step on 32 small graphs, empty cache, two runs each:
 # 2.76-2.84 s -> 2.44-2.52 s (the build kernel's compile 1.83-1.85 -> 1.22-1.25 s); the
-# warm build of that batch 24.1-24.4 -> 22.9-23.4 us (alternating processes).
+# warm build of that batch 24.1-24.4 -> 22.9-23.4 us (alternating processes). The
+# large helpers were then written out flat (see the NOTE above the unsorted kernel).
 
 
 def supported(device: torch.device, dtype: torch.dtype | None) -> bool:
@@ -245,8 +246,10 @@ def coo_to_csr(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n
     return torch.from_numpy(ptr), torch.from_numpy(c[:nnz]), torch.from_numpy(w[:nnz]) if has_val else None, torch.from_numpy(entry)
 
 
-@njit(**_JIT)
-def _csr_to_csc_kernel(rowptr, col, m):
+@njit(inline="always", **_JIT)
+def _csc(rowptr, col, m):
+    """``(colptr, row, perm)`` of :func:`csr_to_csc` (inlined into the adjacency
+    kernels: a separately compiled callee cost ~0.08 s more of a cold start)."""
     n = rowptr.shape[0] - 1
     nnz = rowptr[n]
     colptr = _pointer(col, nnz, m)
@@ -263,55 +266,9 @@ def _csr_to_csc_kernel(rowptr, col, m):
     return colptr, row, perm
 
 
-@njit(inline="always", **_JIT)
-def _count_rows(src, dst, w, has_w, n, loops, fill, norm, out_dtype_val):
-    """The edges counting-sorted on their target (stable: each row in edge order),
-    self-loops handled by ``loops`` (appended loops last in their rows), weights
-    (``NORM_MEAN`` applied): ``(rowptr (n+1,), col, val, order)``, ``order[p]`` the
-    input edge of entry ``p`` (``q + v`` for node ``v``'s appended loop)."""
-    q = src.shape[0]
-    add = loops != LOOPS_KEEP
-    drop = loops == LOOPS_REMAINING or loops == LOOPS_REPLACE
-    if loops == LOOPS_REMAINING and not has_w:
-        fill = 1.0  # (PyG's add_remaining_self_loops ignores fill_value without edge weights)
-    loopw = _filled(n if add else 0, out_dtype_val, fill)
-    counts = _filled(n, src, 0)
-    kept = 0
-    for e in range(q):
-        if drop and src[e] == dst[e]:
-            if loops == LOOPS_REMAINING:
-                loopw[src[e]] = w[e] if has_w else 1.0
-            continue
-        counts[dst[e]] += 1
-        kept += 1
-    total = kept + (n if add else 0)
-    rowptr = _filled(n + 1, src, 0)
-    for i in range(n):
-        rowptr[i + 1] = rowptr[i] + counts[i] + (1 if add else 0)
-    nxt = _head(rowptr, n)
-    col = empty_array(total, src)
-    val = empty_array(total, out_dtype_val)
-    order = empty_array(total, src)
-    for e in range(q):
-        if drop and src[e] == dst[e]:
-            continue
-        i = dst[e]
-        p = nxt[i]
-        nxt[i] = p + 1
-        col[p] = src[e]
-        order[p] = e
-        x = w[e] if has_w else 1.0
-        if norm == NORM_MEAN:
-            x = x / max(counts[i], 1)
-        val[p] = x
-    if add:
-        for i in range(n):
-            p = nxt[i]
-            nxt[i] = p + 1
-            col[p] = i
-            order[p] = q + i
-            val[p] = loopw[i]
-    return rowptr, col, val, order
+@njit(**_JIT)
+def _csr_to_csc_kernel(rowptr, col, m):
+    return _csc(rowptr, col, m)
 
 
 @njit(inline="always", **_JIT)
@@ -320,7 +277,7 @@ def _finish(rowptr, col, val, norm, transposed):
     dual ``(colptr, row, perm)`` (else three empty arrays)."""
     n = rowptr.shape[0] - 1
     if norm == NORM_SYMMETRIC:
-        dinv = _filled(n, val, 0.0)
+        dinv = empty_array(n, val)
         for i in range(n):
             d = 0.0
             for p in range(rowptr[i], rowptr[i + 1]):
@@ -330,34 +287,81 @@ def _finish(rowptr, col, val, norm, transposed):
             for p in range(rowptr[i], rowptr[i + 1]):
                 val[p] = dinv[i] * val[p] * dinv[col[p]]
     if transposed:
-        return _csr_to_csc_kernel(rowptr, col, n)
+        return _csc(rowptr, col, n)
     return empty_array(0, col), empty_array(0, col), empty_array(0, col)
 
 
-# NOTE: two kernels, not one with run-time flags: Numba compiles every function a
-# kernel calls, taken branch or not, and the per-row sorts and the coalescing
-# (``_sort_rows`` with ``_merge_row``, ``_coalesce``) took ~1 s of an empty cache's
-# first GCN step (3.3-3.5 s in all, 2-core machine) that the unsorted build, the
-# changing-graph path, never runs.
+# NOTE (cold start, issue 21): the unsorted kernel, the changing-graph path of every
+# layer, is written out flat: Numba's IR-level inlining (``inline="always"``) copies
+# the callee's IR block by block, each copy deep-copying the callee's whole variable
+# scope, so a large inlined helper cost more to compile than the code itself. Measured
+# 2026-11-28 (2-core VM, empty cache, Python's collector paused): compiling it with its
+# edge count and sort in a helper took 0.85-1.02 s, flat 0.63-0.65 s. Only small
+# helpers (:func:`_filled`, :func:`_finish`) stay inlined. The sorted kernel, rare
+# (coalescing, a sorted CSR), calls this one (an ordinary call: compiled and cached once).
 @njit(**_JIT)
 def _adjacency_unsorted_kernel(src, dst, w, has_w, n, loops, fill, norm, transposed, out_dtype_val):
-    rowptr, col, val, order = _count_rows(src, dst, w, has_w, n, loops, fill, norm, out_dtype_val)
-    entry = _filled(src.shape[0] + (n if loops != LOOPS_KEEP else 0), src, -1)
-    _entries(order, entry)
+    """The edges counting-sorted on their target (stable: each row in edge order),
+    self-loops handled by ``loops`` (appended loops last in their rows), weights
+    (``NORM_MEAN`` applied, then :func:`_finish`): ``(rowptr (n+1,), col, val, entry,
+    colptr, row, perm)`` as :func:`adjacency_csr` documents them."""
+    q = src.shape[0]
+    add = 1 if loops != LOOPS_KEEP else 0
+    drop = loops == LOOPS_REMAINING or loops == LOOPS_REPLACE
+    if loops == LOOPS_REMAINING and not has_w:
+        fill = 1.0  # (PyG's add_remaining_self_loops ignores fill_value without edge weights)
+    loopw = _filled(n * add, out_dtype_val, fill)
+    rowptr = _filled(n + 1, src, 0)  # (first the kept in-edges of row i at i + 1)
+    for e in range(q):
+        if drop and src[e] == dst[e]:
+            if loops == LOOPS_REMAINING:
+                loopw[src[e]] = w[e] if has_w else 1.0
+            continue
+        rowptr[dst[e] + 1] += 1
+    nxt = empty_array(n, src)
+    for i in range(n):
+        nxt[i] = rowptr[i]  # (the running sum so far: row i's first entry)
+        rowptr[i + 1] += rowptr[i] + add
+    col = empty_array(rowptr[n], src)
+    val = empty_array(rowptr[n], out_dtype_val)
+    entry = _filled(q + n * add, src, -1)
+    for e in range(q):
+        if drop and src[e] == dst[e]:
+            continue
+        i = dst[e]
+        p = nxt[i]
+        nxt[i] = p + 1
+        col[p] = src[e]
+        entry[e] = p
+        x = w[e] if has_w else 1.0
+        if norm == NORM_MEAN:
+            x = x / max(rowptr[i + 1] - rowptr[i] - add, 1)
+        val[p] = x
+    if add:
+        for i in range(n):
+            p = nxt[i]
+            col[p] = i
+            entry[q + i] = p
+            val[p] = loopw[i]
     colptr, trow, tperm = _finish(rowptr, col, val, norm, transposed)
     return rowptr, col, val, entry, colptr, trow, tperm
 
 
 @njit(**_JIT)
 def _adjacency_sorted_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce, transposed, out_dtype_val):
-    rowptr, col, val, order = _count_rows(src, dst, w, has_w, n, loops, fill, norm, out_dtype_val)
+    rowptr, col, val, entry, _, _, _ = _adjacency_unsorted_kernel(
+        src, dst, w, has_w, n, loops, fill, NORM_MEAN if norm == NORM_MEAN else NORM_NONE, False, out_dtype_val,
+    )
+    order = empty_array(col.shape[0], src)  # (input edge, or q + v for node v's loop, of each entry)
+    for e in range(entry.shape[0]):
+        if entry[e] >= 0:
+            order[entry[e]] = e
     _sort_rows(rowptr, col, val, True, order)
-    entry = _filled(src.shape[0] + (n if loops != LOOPS_KEEP else 0), src, -1)
     if coalesce:
         _coalesce(rowptr, col, val, True, order, entry)
     else:
         _entries(order, entry)
-    colptr, trow, tperm = _finish(rowptr, col, val, norm, transposed)
+    colptr, trow, tperm = _finish(rowptr, col, val, NORM_NONE if norm == NORM_MEAN else norm, transposed)
     return rowptr, col, val, entry, colptr, trow, tperm
 
 
