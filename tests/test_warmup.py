@@ -288,3 +288,25 @@ print(len(k.spmm_rows_serial.signatures), len(k.spmm_rows.plain.signatures))
     assert any(name.startswith("corgnn-tier-spmm_rows-float32-") for name in os.listdir(tmp_path / "numba-cache"))
     later = subprocess.run([sys.executable, "-c", code, "2"], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert later.returncode == 0 and later.stdout.split() == ["0", "1"], later.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_serial_feature_conversion_kernels_equal_the_parallel_ones(dtype):
+    from corgnn.sparse.backends import numba_kernels as k
+
+    gen = torch.Generator().manual_seed(4)
+    X = (torch.rand(97, 53, generator=gen, dtype=dtype) < 0.1) * torch.randn(97, 53, generator=gen, dtype=dtype)
+    X[5] = 0  # an empty row
+    counts, counts_s = torch.full((97,), -1), torch.full((97,), -1)
+    k.dense_row_counts(X.numpy(), counts.numpy())
+    k.dense_row_counts_serial(X.numpy(), counts_s.numpy())
+    assert torch.equal(counts, counts_s) and torch.equal(counts, torch.count_nonzero(X, dim=1))
+    ptr = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
+    nnz = int(ptr[-1])
+    col, col_s = torch.full((nnz,), -1), torch.full((nnz,), -1)
+    val, val_s = torch.zeros(nnz, dtype=dtype), torch.zeros(nnz, dtype=dtype)
+    k.dense_to_csr_fill(X.numpy(), ptr.numpy(), col.numpy(), val.numpy())
+    k.dense_to_csr_fill_serial(X.numpy(), ptr.numpy(), col_s.numpy(), val_s.numpy())
+    ref = X.to_sparse_csr()
+    assert torch.equal(col, col_s) and torch.equal(val, val_s)
+    assert torch.equal(col, ref.col_indices()) and torch.equal(val, ref.values())

@@ -26,7 +26,7 @@ from . import numba_threads, numba_warmup
 __all__ = ["NumbaBackend"]
 
 _DTYPES = (torch.float32, torch.float64)
-_SPMM_TIERS = {dt: numba_warmup.Tier(f"tier-spmm_rows-{str(dt)[6:]}") for dt in _DTYPES}
+_SPMM_TIERS = numba_warmup.tiers("spmm_rows")
 """The CSR SpMM's serial first tier per dtype (:class:`.numba_warmup.Tier`)."""
 _NOPERM = np.empty(0, dtype=np.int64)
 
@@ -195,11 +195,7 @@ class NumbaBackend(Backend):
         p, i, pm, chunks = _walk(ptr, idx, perm)
         if B.dim() == 2:
             args = (p, i, _vals(val, B), pm, chunks, _np(B), out.numpy(), _vals(bias, B))
-            tier = _SPMM_TIERS[B.dtype]
-            if tier.parallel():
-                k.spmm_rows(*args)
-            else:
-                tier.serial(k.spmm_rows_serial, args, chunks.shape[0] - 1)
+            _SPMM_TIERS[B.dtype].run(k.spmm_rows, k.spmm_rows_serial, args, chunks.shape[0] - 1)
             return out
         k.spmm_rows_heads(p, i, _vals(val, B), pm, chunks, _np(B), out.numpy())
         return out if bias is None else out.add_(bias)

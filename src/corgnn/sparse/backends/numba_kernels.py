@@ -68,7 +68,9 @@ __all__ = [
     "sddmm_coo",
     "sddmm_coo_heads",
     "dense_row_counts",
+    "dense_row_counts_serial",
     "dense_to_csr_fill",
+    "dense_to_csr_fill_serial",
 ]
 
 _JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -834,26 +836,48 @@ def sddmm_coo_heads(dist):
     return sddmm_coo_heads
 
 
+@njit(inline="always")
+def _row_count(X, counts, i):
+    c = 0
+    for j in range(X.shape[1]):
+        c += X[i, j] != 0
+    counts[i] = c
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def dense_row_counts(X, counts):
     """Non-zeros of each row of dense ``X (n, m)`` into ``counts (n,)``."""
-    n, m = X.shape
-    for i in prange(n):
-        c = 0
-        for j in range(m):
-            c += X[i, j] != 0
-        counts[i] = c
+    for i in prange(X.shape[0]):
+        _row_count(X, counts, i)
+
+
+@njit(cache=True, nogil=True)
+def dense_row_counts_serial(X, counts):
+    """:func:`dense_row_counts` on the calling thread (its first tier, see :func:`spmm_rows_serial`)."""
+    for i in range(X.shape[0]):
+        _row_count(X, counts, i)
+
+
+@njit(inline="always")
+def _row_fill(X, ptr, col, val, i):
+    p = ptr[i]
+    for j in range(X.shape[1]):
+        v = X[i, j]
+        if v != 0:
+            col[p] = j
+            val[p] = v
+            p += 1
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def dense_to_csr_fill(X, ptr, col, val):
     """Column indices and values of ``X``'s non-zeros in CSR order, row ``i`` from ``ptr[i]``."""
-    n, m = X.shape
-    for i in prange(n):
-        p = ptr[i]
-        for j in range(m):
-            v = X[i, j]
-            if v != 0:
-                col[p] = j
-                val[p] = v
-                p += 1
+    for i in prange(X.shape[0]):
+        _row_fill(X, ptr, col, val, i)
+
+
+@njit(cache=True, nogil=True)
+def dense_to_csr_fill_serial(X, ptr, col, val):
+    """:func:`dense_to_csr_fill` on the calling thread (its first tier)."""
+    for i in range(X.shape[0]):
+        _row_fill(X, ptr, col, val, i)

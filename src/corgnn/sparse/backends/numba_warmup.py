@@ -49,7 +49,7 @@ import time
 
 from .base import TransientReason
 
-__all__ = ["ENV_VAR", "POLL_S", "GIVE_UP_S", "TIER_UP_S", "TIER_ENV_VAR", "Tier", "cold_reason", "marker_path", "compile_common", "warm", "is_marked", "background_main"]
+__all__ = ["ENV_VAR", "POLL_S", "GIVE_UP_S", "TIER_UP_S", "TIER_ENV_VAR", "Tier", "tiers", "cold_reason", "marker_path", "compile_common", "warm", "is_marked", "background_main"]
 
 ENV_VAR = "CORGNN_NUMBA_WARMUP"
 """``background``: the background warm-up above; anything else (the default): kernels
@@ -120,6 +120,15 @@ class Tier:
             return True
         return any(m is not None and is_marked(m) for m in (own, common))
 
+    def run(self, parallel, serial, args: tuple, tasks: int) -> None:
+        """``parallel(*args)`` when :meth:`parallel`, else ``serial(*args)`` (:meth:`serial`):
+        two kernels of the same arguments and results; ``tasks`` the parallel
+        kernel's task count for these arguments (1: no gain from threads)."""
+        if self.parallel():
+            parallel(*args)
+        else:
+            self.serial(serial, args, tasks)
+
     def serial(self, kernel, args: tuple, tasks: int) -> None:
         """Run the serial ``kernel(*args)``, timing products of ``tasks > 1`` (the
         call that compiles ``kernel`` is not counted); past :data:`TIER_UP_S` the next
@@ -146,6 +155,14 @@ class Tier:
                 _write(marker)
             except OSError:
                 pass
+
+
+def tiers(kernel: str) -> dict:
+    """``{dtype: Tier}`` of ``kernel`` for float32 and float64 (a marker each: the
+    parallel kernel is compiled, and cached, per dtype)."""
+    import torch
+
+    return {dt: Tier(f"tier-{kernel}-{str(dt).removeprefix('torch.')}") for dt in (torch.float32, torch.float64)}
 
 
 def _tier_up_s() -> float:
