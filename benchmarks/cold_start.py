@@ -6,14 +6,17 @@ random graphs (25 nodes, 60 edges each), in fresh processes: model built,
 the median of the next 20 steps on fresh ``edge_index`` tensors. Modes, each run with
 ``NUMBA_CACHE_DIR`` pointing to a new empty folder:
 
-* ``cold``: the compile in the first step (the default);
+* ``cold``: the compile in the first step (the default: the CSR SpMM's and the
+  feature conversions' serial first tiers, ``numba_warmup.Tier``);
+* ``cold-parallel``: the same with ``CORGNN_TIER_UP_S=0`` (the parallel kernels at
+  once, as before the tiers);
 * ``warmed``: after ``corgnn warm`` filled that folder;
 * ``background``: ``CORGNN_NUMBA_WARMUP=background`` (its step times are those of the
   torch path while the background compile runs);
 * ``pyg``: PyG's model, for reference.
 
-Run from the checkout: ``python benchmarks/cold_start.py [--repeats 2]`` (~1 min).
-Results of 2026-11-28 (2-core VM): README, "Graphs that change every call".
+Run from the checkout: ``python benchmarks/cold_start.py [--repeats 2]`` (~1.5 min).
+Results (2-core VM): ``benchmarks/results/cold-start-*``, README ("First use on a machine").
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ def run(kind: str, mode: str) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         env.pop("CORGNN_NUMBA_WARMUP", None)
+        env.pop("CORGNN_TIER_UP_S", None)
+        if mode == "cold-parallel":
+            env["CORGNN_TIER_UP_S"] = "0"
         if mode == "warmed":
             subprocess.run([sys.executable, "-m", "corgnn.cli", "warm"], env=env, check=True, capture_output=True)
         if mode == "background":
@@ -84,7 +90,7 @@ def main() -> None:
     print("| model | mode | first step ms | next 20 steps, median ms |")
     print("|---|---|---|---|")
     for kind in ("gcn", "gin"):
-        for mode in ("pyg", "cold", "warmed", "background"):
+        for mode in ("pyg", "cold", "cold-parallel", "warmed", "background"):
             for _ in range(args.repeats):
                 first, later = run(kind, mode)
                 print(f"| {kind} | {mode} | {first:.0f} | {later:.2f} |", flush=True)

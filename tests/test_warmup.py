@@ -255,6 +255,40 @@ def test_tier_runs_serial_until_its_time_is_spent_then_marks_the_parallel_kernel
     assert not numba_warmup.Tier("tier-other").parallel()
     monkeypatch.setenv(numba_warmup.TIER_ENV_VAR, "0")
     assert numba_warmup.Tier("tier-other").parallel()
+    assert os.path.exists(numba_warmup.marker_path("tier-other"))  # (forced: marked too)
+
+
+def test_tier_counts_serial_time_over_the_machines_processes(monkeypatch, tmp_path):
+    """Many short processes add up: each one's serial time is carried to the next
+    (the ski-rental bound holds per machine, not per process)."""
+    import numba
+    import numpy as np
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(numba_warmup._state, "tier_up", False)
+    monkeypatch.setattr(numba_warmup.atexit, "register", lambda fn: None)  # (the test plays the exits)
+
+    @numba.njit(cache=False)
+    def kernel(a):
+        a[0] += 1.0
+
+    kernel(np.zeros(1))
+    monkeypatch.setenv(numba_warmup.TIER_ENV_VAR, "3600")
+    first = numba_warmup.Tier("tier-carry")
+    assert not first.parallel()
+    first.serial(kernel, (np.zeros(1),), 2)
+    spent = first._spent
+    assert 0 < spent < 1
+    first._save_spent()  # the process exits
+    second = numba_warmup.Tier("tier-carry")
+    assert not second.parallel() and second._spent == pytest.approx(spent)
+    second.serial(kernel, (np.zeros(1),), 2)
+    second._save_spent()
+    second._save_spent()  # (an exit saves once: nothing new to add)
+    monkeypatch.setenv(numba_warmup.TIER_ENV_VAR, repr(second._spent * 0.999))
+    third = numba_warmup.Tier("tier-carry")
+    assert third.parallel()  # the machine's serial time is past the threshold
+    assert os.path.exists(numba_warmup.marker_path("tier-carry"))
 
 
 def test_a_cold_process_trains_on_the_serial_spmm_and_tiers_up(tmp_path):

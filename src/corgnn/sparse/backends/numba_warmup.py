@@ -40,6 +40,8 @@ whatever its nice value, and the caller's steps took ~1 s each).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import glob
 import hashlib
 import os
@@ -81,28 +83,33 @@ TIER_ENV_VAR = "CORGNN_TIER_UP_S"
 
 
 class Tier:
-    """A parallel kernel with a serial first tier, as a JIT compiler tiers code: in a
-    process whose Numba cache does not hold the parallel kernel, calls run the serial
+    """A parallel kernel with a serial first tier, as a JIT compiler tiers code: on a
+    machine whose Numba cache does not hold the parallel kernel, calls run the serial
     kernel (it compiles in ~0.2 s; the parallel one in ~0.9 s, most of a cold start)
     until they have spent :data:`TIER_UP_S` seconds in products the parallel kernel
-    would split into several tasks; then the parallel kernel compiles and a marker
-    file (:func:`marker_path` ``(name)``) tells later processes of this machine to use
-    it from their first call, as does :func:`warm`'s marker. Products of one task run
-    serially either way (same sums: equal results).
+    would split into several tasks, counted over this machine's processes (each
+    process adds its time to a file beside the cache when it exits, the next starts
+    from it); then the parallel kernel compiles (at the next call, or at the first
+    call of the next process) and a marker file (:func:`marker_path` ``(name)``) tells
+    every later process to use it from its first call, as :func:`warm`'s marker does.
+    Products of one task run serially either way (same sums: equal results).
 
-    The rule is the ski-rental one: staying serial costs at most about the compile
-    it avoids (on ``p`` threads the serial kernel takes up to ``p`` times as long), so
-    a short script (a test, a notebook cell, a small mini-batch training) never pays
-    the parallel compile, and a long one pays at most about twice it. Measured on the
-    2-core VM, empty cache, a 2-layer GCN's first training step on 32 small graphs:
-    see the README ("First use on a machine").
+    The rule is the ski-rental one: on ``p`` threads the serial kernel takes at most
+    ``p`` times as long, so the time lost to staying serial is below the time spent
+    in it, and a machine pays at most about twice the compile it would have paid at
+    the first call; short scripts (a test, a notebook cell, a small training) do not
+    pay the parallel compile. Measured on the 2-core VM: an empty cache's first GCN or
+    GIN training step on 32 small graphs 1.65-1.9 s -> 1.0-1.13 s; the serial tier's
+    steps 0.83-0.88 ms (GCN) and 1.53-1.55 ms (GIN) against 0.75 and 1.41-1.46 on the
+    parallel kernel (``benchmarks/results/cold-start-20261128-tiers``).
 
     ``name`` names the marker (one per kernel and dtype)."""
 
     def __init__(self, name: str):
         self.name = name
         self._parallel: bool | None = None  # (None: not decided in this process)
-        self._spent = 0.0
+        self._spent = 0.0  # (serial seconds counted, this machine's earlier processes included)
+        self._carried = 0.0  # (of which earlier processes')
 
     def parallel(self) -> bool:
         """Whether calls run the parallel kernel now (decided at the first call)."""
@@ -112,13 +119,40 @@ class Tier:
         return p
 
     def _decide(self) -> bool:
-        if _state["tier_up"] or _tier_up_s() <= 0:
+        if _state["tier_up"]:
             return True
         try:
             own, common = marker_path(self.name), marker_path()
         except Exception:  # pragma: no cover - an unreadable source tree: the parallel kernel, as before tiers
             return True
-        return any(m is not None and is_marked(m) for m in (own, common))
+        if any(m is not None and is_marked(m) for m in (own, common)):
+            return True
+        self._spent = self._carried = _read_seconds(self._spent_path())
+        if self._spent >= _tier_up_s():
+            self.tier_up()
+            return True
+        atexit.register(self._save_spent)
+        return False
+
+    def _spent_path(self) -> str | None:
+        marker = marker_path(self.name)
+        return None if marker is None else marker[: -len(".ok")] + ".spent"
+
+    def _save_spent(self) -> None:
+        """Add this process's serial time to the machine's count (at exit; a race with
+        another process exiting at once loses one of the two additions)."""
+        path = self._spent_path()
+        if path is None or self._parallel or self._spent <= self._carried:
+            return
+        total = _read_seconds(path) + self._spent - self._carried
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(repr(total))
+            os.replace(tmp, path)
+            self._carried = self._spent
+        except OSError:
+            pass
 
     def run(self, parallel, serial, args: tuple, tasks: int) -> None:
         """``parallel(*args)`` when :meth:`parallel`, else ``serial(*args)`` (:meth:`serial`):
@@ -157,6 +191,14 @@ class Tier:
                 pass
 
 
+def _read_seconds(path: str | None) -> float:
+    try:
+        with open(path) as f:
+            return max(0.0, float(f.read().strip() or 0))
+    except (OSError, TypeError, ValueError):
+        return 0.0
+
+
 def tiers(kernel: str) -> dict:
     """``{dtype: Tier}`` of ``kernel`` for float32 and float64 (a marker each: the
     parallel kernel is compiled, and cached, per dtype)."""
@@ -192,16 +234,21 @@ def marker_path(kind: str = "warm") -> str | None:
     (:func:`~corgnn.sparse.backends.numba_threads.cache_folder`), named by Python,
     Numba, llvmlite, the CPU (name and features, as Numba keys its cache) and every
     kernel source file's size and modification time (Numba invalidates a kernel's
-    cache when its source changes). None when no folder is writable."""
+    cache when its source changes, so this process's code is what it loaded). None
+    when no folder is writable."""
+    from .numba_threads import cache_folder
+
+    folder = cache_folder()
+    return None if folder is None else os.path.join(folder, f"corgnn-{kind}-{_stamp()}.ok")
+
+
+@functools.cache
+def _stamp() -> str:
+    """The hash of :func:`marker_path`'s key (once per process: ~0.5 ms)."""
     import llvmlite
     import numba
     from llvmlite import binding as ll
 
-    from .numba_threads import cache_folder
-
-    folder = cache_folder()
-    if folder is None:
-        return None
     sparse = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sources = sorted(glob.glob(os.path.join(sparse, "*.py")) + glob.glob(os.path.join(sparse, "backends", "*.py")))
     stamps = []
@@ -209,7 +256,7 @@ def marker_path(kind: str = "warm") -> str | None:
         st = os.stat(f)
         stamps.append((os.path.basename(f), st.st_size, st.st_mtime_ns))
     key = repr((sys.version, numba.__version__, llvmlite.__version__, ll.get_host_cpu_name(), ll.get_host_cpu_features().flatten(), stamps))
-    return os.path.join(folder, f"corgnn-{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.ok")
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def is_marked(marker: str) -> bool:
