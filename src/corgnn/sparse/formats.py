@@ -495,6 +495,19 @@ class CSR(SparseFormat):
         """Entries per row ``(n,)`` int64."""
         return self.rowptr[1:] - self.rowptr[:-1]
 
+    def head(self, rows: int) -> "CSR":
+        """The first ``rows`` rows, ``A[:rows]`` ``(rows, m)``: views of this matrix's
+        arrays, no copy (one read of ``rowptr[rows]``).
+
+        Raises:
+            ValueError: ``rows`` outside ``[0, n]``.
+        """
+        if not 0 <= rows <= self.shape[0]:
+            raise ValueError(f"CSR.head: rows must be in [0, {self.shape[0]}], got {rows}")
+        end = int(self.rowptr[rows])
+        val = None if self.val is None else self.val[:end]
+        return CSR(self.rowptr[: rows + 1], self.col[:end], val, (rows, self.shape[1]), check=False)
+
     def nonempty_rows(self) -> tuple[torch.Tensor, "CSR"]:
         """``(rows, A_r)``: the rows that hold at least one entry, ``(r,)`` int64
         ascending, and this matrix restricted to them, ``A_r = A[rows]`` ``(r, m)``.
