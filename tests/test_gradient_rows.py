@@ -39,6 +39,15 @@ def test_gradient_rows_finds_the_zero_tail():
     assert fgcn.gradient_rows(G, big) == 4
     assert fgcn.gradient_rows(torch.zeros(5, 2), big) == 0
     assert fgcn.gradient_rows(torch.zeros(0, 2), big) == 0
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):  # tails of every length, against the blocks it reads back in
+        n = int(torch.randint(1, 2500, (1,), generator=gen))
+        h = int(torch.randint(0, n + 1, (1,), generator=gen))
+        G = torch.zeros(n, 3)
+        G[: max(h - 1, 0)] = torch.randn(max(h - 1, 0), 3, generator=gen) * (torch.rand(max(h - 1, 0), 1, generator=gen) < 0.2)
+        if h:
+            G[h - 1, h % 3] = (1e-30, -2.0, float("nan"), float("-inf"))[h % 4]
+        assert fgcn.gradient_rows(G, big) == h, (n, h)
 
 
 @pytest.fixture
