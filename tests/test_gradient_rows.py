@@ -79,8 +79,7 @@ def test_gcn_weight_gradient_on_live_rows_gradcheck(scheme, input_grad, spy_rows
     f = lambda *t: gcn_conv(t[0] if input_grad else x, t[-2], t[-1], A, s)[:5]  # noqa: E731
     args = (x, w, b) if input_grad else (w, b)
     assert torch.autograd.gradcheck(f, args, fast_mode=FAST_GRADCHECK)
-    if s.backward == "split-propagate" or not input_grad:  # (fused with dx: A'^T G is live on every row)
-        assert any(h < rows for h, rows in spy_rows)
+    assert any(h < rows for h, rows in spy_rows)
     assert torch.autograd.gradgradcheck(f, args, fast_mode=FAST_GRADCHECK)
 
 

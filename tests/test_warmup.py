@@ -23,7 +23,7 @@ CASE = Case("spmm_rows", "cpu", torch.float32)
 
 def _env(tmp_path, **extra) -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"), **extra)
-    for name in ("CORGNN_BACKEND", "TRITON_INTERPRET", numba_warmup.ENV_VAR):
+    for name in ("CORGNN_BACKEND", "TRITON_INTERPRET", numba_warmup.ENV_VAR, numba_warmup.TIER_ENV_VAR):
         env.pop(name, None)
     env.update(extra)
     return env

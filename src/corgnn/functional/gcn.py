@@ -29,7 +29,7 @@ from ..graph import gcn_edge_weights
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import sddmm, spmm
 
-__all__ = ["GCNFunction", "gcn_conv", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform", "RowsLinear", "gradient_rows", "ROWS_MIN_MACS", "SPMM_MAC_COST"]
+__all__ = ["GCNFunction", "gcn_conv", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform", "RowsLinear", "gradient_rows", "head_product", "ROWS_MIN_MACS", "SPMM_MAC_COST"]
 
 ROWS_MIN_MACS = 1 << 22
 """Least multiply-adds of a weight gradient ``G^T F`` ``(n, k) x (n, m)`` for which the
@@ -76,6 +76,18 @@ def gradient_rows(G: torch.Tensor, macs: int) -> int:
     return last_live(0, end)  # a tail of n/8 rows or more: one pass, paid back by the rows skipped
 
 
+def head_product(G: torch.Tensor, weight: torch.Tensor, h: int) -> torch.Tensor:
+    """``G weight`` ``(n, m)`` for ``G (n, k)`` with ``G[h:] = 0``: ``[G[:h] weight; 0]``
+    when ``h <= n/2``, else the product on every row (which then beats zeroing and
+    filling)."""
+    n = G.size(0)
+    if 2 * h > n:
+        return torch.mm(G, weight)
+    out = G.new_zeros(n, weight.size(1))
+    out[:h] = torch.mm(G[:h], weight)
+    return out
+
+
 def feature_transform(x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None) -> torch.Tensor:
     """``X Θ`` ``(n, k)``: a GEMM, or an SpMM over the non-zeros of sparse ``xs``; under
     autograd a GEMM of at least :data:`ROWS_MIN_MACS` multiply-adds on CPU is a
@@ -108,15 +120,8 @@ class RowsLinear(torch.autograd.Function):
         need_x, need_w = ctx.needs_input_grad
         n, m, k = x.size(0), x.size(1), weight.size(0)
         h = gradient_rows(grad_out, n * m * k)
-        g = grad_out[:h]
-        gw = torch.mm(g.t(), x[:h]) if need_w else None
-        gx = None
-        if need_x:
-            if 2 * h <= n:  # (else the product on every row beats zeroing and filling)
-                gx = grad_out.new_zeros(n, m)
-                gx[:h] = torch.mm(g, weight)
-            else:
-                gx = torch.mm(grad_out, weight)
+        gw = torch.mm(grad_out[:h].t(), x[:h]) if need_w else None
+        gx = head_product(grad_out, weight, h) if need_x else None
         return gx, gw
 
 
@@ -235,12 +240,15 @@ class GCNFunction(torch.autograd.Function):
             if need_x or need_w:
                 # NOTE: one SpMM on k columns serves both gradients: P = A'^T G.
                 p = spmm(A, grad_out, transpose=True, values=values)
+                # (P's live rows, as G's: dweight and dx on them only, see gradient_rows)
+                m = (feat if feat is not None else weight).size(1) if need_x or feat is not None else 0
+                h = gradient_rows(p, p.size(0) * m * p.size(1))
                 if need_w:
                     # NOTE: dweight = P^T X = (X^T P)^T; with sparse X that is a
                     # transposed SpMM over X's non-zeros instead of a dense GEMM.
-                    gw = spmm(ctx.xs, p, transpose=True).t() if feat is None else torch.mm(p.t(), feat)
+                    gw = spmm(ctx.xs, p, transpose=True).t() if feat is None else torch.mm(p[:h].t(), feat[:h])
                 if need_x:
-                    gx = torch.mm(p, weight)
+                    gx = head_product(p, weight, h)
         else:
             if need_w:
                 # NOTE: dΘ = X^T A'^T G = (A'X)^T G; the cached A'X skips the recompute.
