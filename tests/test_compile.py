@@ -152,3 +152,28 @@ def test_compile_fullgraph_of_an_unnormalized_gcn_on_a_sorted_edge_index(layer):
         with _structured_trace_and_a_real_inductor_compile():
             got = torch.compile(model, fullgraph=True)(x, ei)
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["GCN", "GCNConv", "optimized-pyg-GCN"])
+def test_compile_with_the_live_rows_backward(name, monkeypatch):
+    """The backward's search for the gradient's zero tail (corgnn.functional.gcn.
+    gradient_rows, data-dependent) stands aside while torch.compile traces: a loss on
+    the first rows compiles with fullgraph=True and gives eager's gradients (eager
+    taking the live-rows path)."""
+    import corgnn.functional.gcn as fgcn
+
+    monkeypatch.setattr(fgcn, "ROWS_MIN_MACS", 0)
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    model.eval() if name == "GCN" else model.train()
+    ei, n = make_graph()
+    x = torch.randn(n, M_IN, requires_grad=True)
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    grads = []
+    for m in (compiled, model):
+        model.zero_grad()
+        x.grad = None
+        m(x, ei)[:7].square().sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()] + [x.grad.clone()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -45,8 +45,9 @@ GEMM of 226 M, 2.44 ms: ~6.6x)."""
 
 def gradient_rows(G: torch.Tensor, macs: int) -> int:
     """``h`` with ``G[h:]`` all zero (``G (n, k)``): ``n`` when the last row holds a
-    non-zero (or NaN), when ``G`` is not a CPU tensor, or when the product this serves
-    is shorter than :data:`ROWS_MIN_MACS` multiply-adds. Reads back from
+    non-zero (or NaN), when ``G`` is not a CPU tensor, while ``torch.compile`` traces,
+    or when the product this serves is shorter than :data:`ROWS_MIN_MACS`
+    multiply-adds. Reads back from
     the end in blocks of doubling size until a live row or ``n/8`` rows, then (a
     longer tail) the rest in one pass: a short tail (a scattered full-batch mask)
     costs a block or two, a long one a pass its skipped rows pay back.
@@ -60,8 +61,8 @@ def gradient_rows(G: torch.Tensor, macs: int) -> int:
     ``trim_to_layer`` trims the same rows when a user asks for it). A full-batch loss
     on a scattered train mask leaves a short tail: a block or two is read."""
     n = G.size(0)
-    if macs < ROWS_MIN_MACS or G.device.type != "cpu" or n == 0 or bool(G[-1].ne(0).any()):
-        return n
+    if macs < ROWS_MIN_MACS or G.device.type != "cpu" or n == 0 or torch.compiler.is_compiling() or bool(G[-1].ne(0).any()):
+        return n  # (under torch.compile: no data-dependent branch in a traced backward)
     def last_live(a: int, b: int) -> int:  # (1 + the last live row of G[a:b], or a when none)
         rows = G[a:b].abs().amax(1).ne(0).nonzero()  # (a NaN propagates: NaN != 0, live)
         return a + int(rows[-1]) + 1 if rows.numel() else a
