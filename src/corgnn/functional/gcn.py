@@ -47,10 +47,10 @@ def gradient_rows(G: torch.Tensor, macs: int) -> int:
     """``h`` with ``G[h:]`` all zero (``G (n, k)``): ``n`` when the last row holds a
     non-zero (or NaN), when ``G`` is not a CPU tensor, while ``torch.compile`` traces,
     or when the product this serves is shorter than :data:`ROWS_MIN_MACS`
-    multiply-adds. Reads back from
-    the end in blocks of doubling size until a live row or ``n/8`` rows, then (a
-    longer tail) the rest in one pass: a short tail (a scattered full-batch mask)
-    costs a block or two, a long one a pass its skipped rows pay back.
+    multiply-adds. Reads back from the end in blocks of doubling size until a live
+    row or ``n/8`` rows, then (a longer tail) the rest in one pass: a short tail (a
+    scattered full-batch mask) costs a block or two, a long one a pass its skipped
+    rows pay back.
 
     NOTE (issue 21): the loss of mini-batch node classification reads the seed nodes'
     rows only (``out[:batch_size]``), and neighbour samplers (PyG's ``NeighborLoader``,
@@ -63,6 +63,7 @@ def gradient_rows(G: torch.Tensor, macs: int) -> int:
     n = G.size(0)
     if macs < ROWS_MIN_MACS or G.device.type != "cpu" or n == 0 or torch.compiler.is_compiling() or bool(G[-1].ne(0).any()):
         return n  # (under torch.compile: no data-dependent branch in a traced backward)
+
     def last_live(a: int, b: int) -> int:  # (1 + the last live row of G[a:b], or a when none)
         rows = G[a:b].abs().amax(1).ne(0).nonzero()  # (a NaN propagates: NaN != 0, live)
         return a + int(rows[-1]) + 1 if rows.numel() else a

@@ -53,7 +53,6 @@ from numba.extending import intrinsic
 __all__ = [
     "spmm_rows",
     "spmm_rows_serial",
-    "spmm_row_range",
     "spmm_scatter_rows",
     "spmm_rows_heads",
     "sddmm_rows",
@@ -339,7 +338,7 @@ def head_axpy(acc, w, j, Yt, c):
 
 
 @njit(inline="always")
-def spmm_row_range(ptr, idx, val, perm, lo, hi, B, out, bias, dist):
+def _spmm_row_range(ptr, idx, val, perm, lo, hi, B, out, bias, dist):
     """Rows ``lo <= i < hi`` of :func:`spmm_rows`: ``out[i] = bias + sum_j val[e_j] *
     B[idx[j]]`` (the body of its parallel tasks and of :func:`spmm_rows_serial`)."""
     f = B.shape[1]
@@ -378,7 +377,7 @@ def spmm_rows(dist):
         out (n, f) overwritten; bias (f,) or empty (= none), the row's starting value.
         """
         for t in prange(chunks.shape[0] - 1):
-            spmm_row_range(ptr, idx, val, perm, chunks[t], chunks[t + 1], B, out, bias, dist)
+            _spmm_row_range(ptr, idx, val, perm, chunks[t], chunks[t + 1], B, out, bias, dist)
     return spmm_rows
 
 
@@ -389,7 +388,7 @@ def spmm_rows_serial(ptr, idx, val, perm, chunks, B, out, bias):
     whose cache lacks the parallel kernel
     (:class:`~corgnn.sparse.backends.numba_warmup.Tier`). Compiles in ~0.2 s where
     the parallel kernel takes ~0.9 s (2-core VM)."""
-    spmm_row_range(ptr, idx, val, perm, chunks[0], chunks[chunks.shape[0] - 1], B, out, bias, 0)
+    _spmm_row_range(ptr, idx, val, perm, chunks[0], chunks[chunks.shape[0] - 1], B, out, bias, 0)
 
 
 @njit(**_JIT)

@@ -74,12 +74,14 @@ _state: dict = {"cold": None, "marker": None, "lock": None, "proc": None, "since
 
 
 TIER_UP_S = 1.0
-"""Seconds a process runs a :class:`Tier`'s serial kernel on products of more than one
-task before it compiles (or loads) the parallel kernel: about what compiling that
-kernel costs (0.9 s for the CSR SpMM on the 2-core VM). Overridden by the
-environment variable :data:`TIER_ENV_VAR` (``0``: the parallel kernel at once)."""
+"""Seconds a machine's processes run a :class:`Tier`'s serial kernel on products of
+more than one task before the parallel kernel compiles: about what compiling it
+costs (0.9 s for the CSR SpMM on the 2-core VM). Overridden by the environment
+variable :data:`TIER_ENV_VAR`."""
 
 TIER_ENV_VAR = "CORGNN_TIER_UP_S"
+"""Environment variable overriding :data:`TIER_UP_S` (``0``: the parallel kernels from
+the first call, as ``corgnn bench`` sets it)."""
 
 
 class Tier:
