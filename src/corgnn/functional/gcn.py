@@ -234,25 +234,22 @@ class GCNFunction(torch.autograd.Function):
                 q_h = 0 if cached else int(A.rowptr[h])
                 if cached or scheme.backward == "split-propagate" or SPMM_MAC_COST * q_h * m + h * m * k < SPMM_MAC_COST * A.nnz * k + n * m * k:
                     ax = feat[:h] if cached else spmm(A.head(h), feat, values=None if values is None else values[:q_h])
-                    gw = torch.mm(grad_out[:h].t(), ax)
-                    if need_x:  # (split-propagate only)
-                        gx = spmm(A, torch.mm(grad_out, weight), transpose=True, values=values)
-                    return gx, gw, gb, None, None, None, gval
+                    gw = torch.mm(grad_out[:h].t(), ax)  # (dx, if needed, below: split-propagate's)
         if scheme.backward == "fused-propagate":
-            if need_x or need_w:
+            if need_x or (need_w and gw is None):
                 # NOTE: one SpMM on k columns serves both gradients: P = A'^T G.
                 p = spmm(A, grad_out, transpose=True, values=values)
                 # (P's live rows, as G's: dweight and dx on them only, see gradient_rows)
                 m = (feat if feat is not None else weight).size(1) if need_x or feat is not None else 0
                 h = gradient_rows(p, p.size(0) * m * p.size(1))
-                if need_w:
+                if need_w and gw is None:
                     # NOTE: dweight = P^T X = (X^T P)^T; with sparse X that is a
                     # transposed SpMM over X's non-zeros instead of a dense GEMM.
                     gw = spmm(ctx.xs, p, transpose=True).t() if feat is None else torch.mm(p[:h].t(), feat[:h])
                 if need_x:
                     gx = head_product(p, weight, h)
         else:
-            if need_w:
+            if need_w and gw is None:
                 # NOTE: dΘ = X^T A'^T G = (A'X)^T G; the cached A'X skips the recompute.
                 ax = feat if scheme.cache else spmm(A, feat, values=values)
                 gw = torch.mm(grad_out.t(), ax)

@@ -11,6 +11,7 @@ layers run the paper's schemes over sparse formats instead.
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
@@ -215,16 +216,16 @@ def _numba_runs(x: torch.Tensor) -> bool:
     if unusable_reason() is not None or cold_reason() is not None:
         return False
     launch()  # (the kernels below are parallel: launched keeping torch's thread count)
-    if not _TIERS:
-        from ..sparse.backends.numba_warmup import tiers
-
-        _TIERS.update(row_counts=tiers("dense_row_counts"), fill=tiers("dense_to_csr_fill"))
     return True
 
 
-_TIERS: dict = {}
-"""The conversion kernels' serial first tiers (:class:`corgnn.sparse.backends.numba_warmup.Tier`),
-made at the first conversion."""
+@functools.cache
+def _tiers(kernel: str) -> dict:
+    """A conversion kernel's serial first tiers per dtype
+    (:func:`corgnn.sparse.backends.numba_warmup.tiers`), made at its first use."""
+    from ..sparse.backends.numba_warmup import tiers
+
+    return tiers(kernel)
 
 
 SAMPLE_ROWS = 64
@@ -258,7 +259,7 @@ def row_pointer(x: torch.Tensor) -> torch.Tensor:
         from ..sparse.backends.numba_threads import launch_lock
 
         with launch_lock():
-            _TIERS["row_counts"][x.dtype].run(k.dense_row_counts, k.dense_row_counts_serial, (x.detach().contiguous().numpy(), ptr[1:].numpy()), n)
+            _tiers("dense_row_counts")[x.dtype].run(k.dense_row_counts, k.dense_row_counts_serial, (x.detach().contiguous().numpy(), ptr[1:].numpy()), n)
     else:
         ptr = ptr.to(x.device)
         ptr[1:] = torch.count_nonzero(x.detach(), dim=1)
@@ -285,7 +286,7 @@ def dense_to_csr(x: torch.Tensor, ptr: torch.Tensor | None = None) -> CSR:
         col = torch.empty(nnz, dtype=torch.long)
         val = torch.empty(nnz, dtype=x.dtype)
         with launch_lock():
-            _TIERS["fill"][x.dtype].run(k.dense_to_csr_fill, k.dense_to_csr_fill_serial, (x.contiguous().numpy(), ptr.numpy(), col.numpy(), val.numpy()), n)
+            _tiers("dense_to_csr_fill")[x.dtype].run(k.dense_to_csr_fill, k.dense_to_csr_fill_serial, (x.contiguous().numpy(), ptr.numpy(), col.numpy(), val.numpy()), n)
         return CSR(ptr, col, val, (n, m), check=False)
     row, col = x.nonzero(as_tuple=True)
     csr = CSR(ptr_from_sorted(row, n), col, x[row, col], (n, m), check=False)
