@@ -64,10 +64,11 @@ def _qkv(x_src, x_dst, wq, bq, wk, bk, wv, bv, heads, xs, ws=None, bs=None):
     """``(Q, K, V)``, plus the root term ``x_src ws^T + bs (n, d)`` with ``ws`` (one
     node set only: a fourth block of the one product)."""
     if x_dst is None:  # one node set: one product, X read once (:mod:`corgnn.functional.projection`)
-        # NOTE: on CPU keys and values come out heads-last, as the Numba kernels gather
-        # them: no transposed copies of K and V per forward and backward (4 per layer,
-        # ~0.7 ms each at 20k x 8 x 8, 2 threads); Triton reads them heads-first.
-        last = (1, 2) if wq.device.type == "cpu" else ()
+        # NOTE: on CPU queries, keys and values come out heads-last, as the Numba
+        # kernels read them: no transposed copies of Q, K and V per forward and
+        # backward (7 per layer, ~0.7 ms each at 20k x 8 x 8, 2 threads); Triton reads
+        # them heads-first.
+        last = (0, 1, 2) if wq.device.type == "cpu" else ()
         weights, biases = ((wq, wk, wv), (bq, bk, bv)) if ws is None else ((wq, wk, wv, ws), (bq, bk, bv, bs))
         return stacked_projections(x_src, weights, biases, heads, xs, heads_last=last, flat=(3,))
     # (two node sets: dense features, queries from x_dst)

@@ -75,9 +75,9 @@ def dot_attention_forward(
     check_head_operands(A, {"Q": Q}, {"K": K, "V": V})
     ptr, idx, perm = A.row_plan(False)
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
-    # (K and V in any layout: each backend reads them as it needs, Numba heads-last)
+    # (Q, K and V in any layout: each backend reads them as it needs, Numba heads-last)
     out, lse, alpha, Ae = L.transformer_attention(
-        ptr, idx, perm, Q.contiguous(), K, V, c(Qe), c(attr), float(scale), drop.p, drop.seed, bool(want_alpha)
+        ptr, idx, perm, Q, K, V, c(Qe), c(attr), float(scale), drop.p, drop.seed, bool(want_alpha)
     )
     return out, lse, alpha if want_alpha else None, Ae if attr is not None else None
 
@@ -165,7 +165,7 @@ def dot_attention_backward_rows(
     check_head_operands(A, {"Q": Q, "G": G.expand(-1, Q.size(1), -1) if one_head else G}, {"K": K, "V": V})
     c = lambda t: None if t is None else t.contiguous()  # noqa: E731
     ea, dQ, dQe, dattr = L.transformer_attention_backward_rows(
-        *A.row_plan(False), G.contiguous(), Q.contiguous(), K, V,
+        *A.row_plan(False), G.contiguous(), Q, K, V,
         c(Qe), c(Ge), c(attr), c(alpha), None if alpha is not None else c(lse), float(scale), drop.p, drop.seed,
     )
     return (ea, dQ) + ((dQe, dattr) if attr is not None else (None, None))
@@ -189,5 +189,5 @@ def dot_attention_backward_cols(
     if ea.size(1) == 1 and alpha is None:
         raise ValueError("alpha: ea holds de alone (the row walk read a cached alpha); pass that alpha")
     return L.transformer_attention_backward_cols(
-        *A.row_plan(True), G.contiguous(), Q.contiguous(), ea, None if ea.size(1) == 2 else alpha.contiguous(), float(scale),
+        *A.row_plan(True), G, Q, ea, None if ea.size(1) == 2 else alpha.contiguous(), float(scale),
     )

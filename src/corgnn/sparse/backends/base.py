@@ -309,7 +309,7 @@ def _(ptr, idx, perm, G, Q, K, V, Qe, Ge, attr, alpha, lse, scale, p, seed):
     H, q = Q.shape[1], idx.shape[0]
     dQe = Q.new_empty((0, H, 0) if attr is None else (Q.shape[0], H, attr.shape[1]))
     dattr = Q.new_empty((0, 0) if attr is None else tuple(attr.shape))
-    return Q.new_empty((q, 2 if (p > 0 or alpha is None) else 1, H)), torch.empty_like(Q), dQe, dattr
+    return Q.new_empty((q, 2 if (p > 0 or alpha is None) else 1, H)), Q.new_empty(Q.shape), dQe, dattr
 
 
 @_op(4, semi_batched=True)

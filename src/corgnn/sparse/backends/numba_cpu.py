@@ -126,7 +126,7 @@ def _walk(ptr, idx, perm) -> tuple:
 def _heads_last(X: torch.Tensor) -> np.ndarray:
     """``X (n, H, C)`` as a contiguous ``(n, C, H)`` array (one copy, ~0.5 ms for 20k x 8 x 8
     float32; none when ``X`` is stored heads-last already, as the CPU projections store
-    the transformer's keys and values and GATv2's ``XL`` and ``XR``:
+    the transformer's queries, keys and values and GATv2's ``XL`` and ``XR``:
     :func:`corgnn.functional.projection.stacked_projections`): the layout the
     attention kernels gather per-node rows in, so that their per-entry loops run over
     heads in one vector."""
@@ -288,16 +288,15 @@ class NumbaBackend(Backend):
         alpha_d = torch.empty(q if (p > 0 or not have_cache) else 0, H, dtype=dt)
         dy = torch.empty(q, H, dtype=dt)
         dd = torch.empty(n, H, dtype=dt)
-        Gn, Mn = _np(G), _np(M)
         gk.gat_backward_rows(
-            *_walk(ptr, idx, perm), Gn, Mn, alpha_np, leaky_np, s_np, d_np,
+            *_walk(ptr, idx, perm), _np(G), _np(M), alpha_np, leaky_np, s_np, d_np,
             _scalar(negative_slope, dt), thresh, scale, lo, hi, alpha_d.numpy(), dy.numpy(), dd.numpy(),
         )
         dM = torch.empty(n, H, K, dtype=dt)
         ds = torch.empty(n, H, dtype=dt)
         ad_np = alpha_d.numpy() if alpha_d.size(0) else alpha_np
         gk.gat_backward_cols(
-            *_walk(tptr, tidx, tperm), Gn, ad_np, dy.numpy(), dd.numpy(),
+            *_walk(tptr, tidx, tperm), _heads_last(G), ad_np, dy.numpy(), dd.numpy(),
             _np(a_src.reshape(H, K)), _np(a_dst.reshape(H, K)), dM.numpy(), ds.numpy(),
         )
         return dM, ds, dd
@@ -363,7 +362,7 @@ class NumbaBackend(Backend):
         Qe_n, attr_n = _edge_arrays(Qe, attr, H, dt)
         thresh, dscale, lo, hi = _seed(p, seed, dt)
         tk.dot_attention_forward_rows(
-            *_walk(ptr, idx, perm), _np(Q), _heads_last(K), _heads_last(V), Qe_n, attr_n, _scalar(scale, dt), thresh, dscale, lo, hi,
+            *_walk(ptr, idx, perm), _heads_last(Q), _heads_last(K), _heads_last(V), Qe_n, attr_n, _scalar(scale, dt), thresh, dscale, lo, hi,
             lse.numpy(), alpha.numpy(), out.numpy(), Ae.numpy(),
         )
         return out, lse, alpha, Ae
@@ -382,7 +381,7 @@ class NumbaBackend(Backend):
         Qe_n, attr_n = _edge_arrays(Qe, attr, H, dt)
         Ge_n, _ = _edge_arrays(Ge, attr, H, dt)
         tk.dot_attention_backward_rows(
-            *_walk(ptr, idx, perm), _np(G), _np(Q), _heads_last(K), _heads_last(V), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
+            *_walk(ptr, idx, perm), _np(G), _heads_last(Q), _heads_last(K), _heads_last(V), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
             none if lse is None else _np(lse), _scalar(scale, dt), thresh, dscale, lo, hi, ea.numpy(), dQ.numpy(), dQe.numpy(), dattr.numpy(),
         )
         return ea, dQ, dQe, dattr
@@ -393,5 +392,5 @@ class NumbaBackend(Backend):
         dK = torch.empty((m, H, Q.shape[2]), dtype=dt)
         dV = torch.empty((m, H, G.shape[2]), dtype=dt)
         ad = _np(alpha) if ea.shape[1] == 1 else np.empty((0, H), dtype=_np_dtype(dt))
-        tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), _np(G), _np(Q), _np(ea), ad, _scalar(scale, dt), dK.numpy(), dV.numpy())
+        tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), _heads_last(G), _heads_last(Q), _np(ea), ad, _scalar(scale, dt), dK.numpy(), dV.numpy())
         return dK, dV

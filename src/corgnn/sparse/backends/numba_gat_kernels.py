@@ -33,7 +33,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .numba_kernels import empty_array, gather_kernel, prefetch_gather
+from .numba_kernels import chunk_degree, empty_array, gather_kernel, head_axpy, prefetch_gather
 
 __all__ = [
     "keep_edge",
@@ -264,7 +264,7 @@ def gat_backward_rows(dist):
 @gather_kernel(operand=4)
 def gat_backward_cols(dist):
     @njit(**_JIT)
-    def gat_backward_cols(ptr, idx, perm, chunks, G, alpha_d, dy, dd, a_src, a_dst, dM, ds):
+    def gat_backward_cols(ptr, idx, perm, chunks, Gt, alpha_d, dy, dd, a_src, a_dst, dM, ds):
         """Backward over source nodes (the transposed walk): ``ds`` and ``dL/dM``.
 
         For source ``c`` (entries ``e`` with destination ``i_e``):
@@ -273,33 +273,50 @@ def gat_backward_cols(dist):
         (``A^T G`` with the dropped attention, plus the node-attention terms).
 
         ptr (n+1,), idx (q,) destination of each walked entry, perm (q,) or empty: entry
-        position; chunks (T+1,) column bounds of the parallel tasks; G (n, H, K);
-        alpha_d, dy (q, H); dd (n, H); a_src, a_dst (H, K); dM (n, H, K), ds (n, H)
-        overwritten.
+        position; chunks (T+1,) column bounds of the parallel tasks; ``Gt (n, K, H)``
+        the output gradient with heads last (gathered: every per-entry loop runs over
+        heads in one vector); alpha_d, dy (q, H); dd (n, H); a_src, a_dst (H, K);
+        dM (n, H, K), ds (n, H) overwritten.
+
+        Per column, the entries' ``alpha_d`` rows are first gathered through ``perm``
+        into a ``(degree, H)`` buffer in a tight loop (many cache misses in flight),
+        then read in sequence; the sums run in a ``(K, H)`` buffer, written out once.
+
+        NOTE: summed into ``dM[c]`` directly with ``G`` heads first and the channel
+        loop innermost, this kernel took 35 ms at 8 channels and 62 ms at 7 (a
+        2-layer model's second layer) on Flickr's shape (89,250 nodes, 900k entries,
+        8 heads, 2 threads): a 7-long loop runs scalar, reading and writing the sums
+        in memory (the transformer's column kernel had the same shape and cost).
         """
-        H = G.shape[1]
-        K = G.shape[2]
+        K = Gt.shape[1]
+        H = Gt.shape[2]
         has_perm = perm.shape[0] > 0
         for t in prange(chunks.shape[0] - 1):
+            Av = empty_array((chunk_degree(ptr, chunks, t), H), Gt)
+            acc = empty_array((K, H), Gt)
+            col = empty_array(H, Gt)
             for c in range(chunks[t], chunks[t + 1]):
+                lo = ptr[c]
+                m = ptr[c + 1] - lo
+                if has_perm:  # (the entries ``dist`` ahead, across columns: the reads below are at random)
+                    prefetch_gather(alpha_d, perm, lo, lo + m, dist)
+                    prefetch_gather(dy, perm, lo, lo + m, dist)
                 for h in range(H):
-                    ds[c, h] = 0
-                    for k in range(K):
-                        dM[c, h, k] = 0
-                prefetch_gather(G, idx, ptr[c], ptr[c + 1], dist)
-                for j in range(ptr[c], ptr[c + 1]):
-                    i = idx[j]
-                    e = perm[j] if has_perm else j
+                    col[h] = 0
+                for j in range(m):
+                    e = perm[lo + j] if has_perm else lo + j
                     for h in range(H):
-                        ad = alpha_d[e, h]
-                        ds[c, h] += dy[e, h]
-                        for k in range(K):
-                            dM[c, h, k] += ad * G[i, h, k]
+                        Av[j, h] = alpha_d[e, h]
+                        col[h] += dy[e, h]
+                acc[:] = 0
+                prefetch_gather(Gt, idx, lo, lo + m, dist)
+                for j in range(m):
+                    head_axpy(acc, Av, j, Gt, idx[lo + j])
                 for h in range(H):
-                    sc = ds[c, h]
+                    ds[c, h] = col[h]
                     dc = dd[c, h]
                     for k in range(K):
-                        dM[c, h, k] += sc * a_src[h, k] + dc * a_dst[h, k]
+                        dM[c, h, k] = acc[k, h] + col[h] * a_src[h, k] + dc * a_dst[h, k]
     return gat_backward_cols
 
 

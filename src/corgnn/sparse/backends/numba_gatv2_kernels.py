@@ -296,6 +296,7 @@ def gatv2_backward_cols(dist):
                 if drop:
                     dropped_weights(Av, Av, m, perm, lo, seed_lo, seed_hi, thresh, scale)
                 prefetch_gather(XRt, idx, lo, lo + m, dist)
+                prefetch_gather(Gt, idx, lo, lo + m, dist)
                 for j in range(m):
                     i = idx[lo + j]
                     for k in range(K):

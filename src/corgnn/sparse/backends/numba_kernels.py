@@ -305,12 +305,12 @@ def transpose_row(X, i, scale, Xt):
 
 
 @njit(inline="always")
-def copy_row(Xl, i, Xt):
-    """``Xt[k, h] = Xl[i, k, h]``: a row of a heads-last ``(n, C, H)`` array (the
-    :func:`transpose_row` of a row stored that way already)."""
+def copy_row(Xl, i, Xt, scale=None):
+    """``Xt[k, h] = Xl[i, k, h]`` (times ``scale`` when given): a row of a heads-last
+    ``(n, C, H)`` array (the :func:`transpose_row` of a row stored that way already)."""
     for k in range(Xl.shape[1]):
         for h in range(Xl.shape[2]):
-            Xt[k, h] = Xl[i, k, h]
+            Xt[k, h] = Xl[i, k, h] if scale is None else Xl[i, k, h] * scale
 
 
 @njit(inline="always")
