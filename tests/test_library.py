@@ -277,6 +277,7 @@ def _op_samples():
     n, m, f, H = shape[0], shape[1], 3, 2
     g = torch.Generator().manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    heads_last = lambda n, h, c: r(n, c, h).transpose(1, 2)  # noqa: E731  ((n, h, c) stored (n, c, h))
     ell = build("ell", row, col, val, shape)
     hyb = build("hybrid-t1", row, col, val, shape)
     seed = DropoutSpec(0.3, seed=5).seed
@@ -304,16 +305,20 @@ def _op_samples():
         "transformer_attention": [
             (ptr, idx, None, r(n, H, f), r(m, H, f), r(m, H, f), None, None, 0.5, 0.0, seed, True),
             (tptr, tidx, tperm, r(m, H, f), r(n, H, f), r(n, H, f), r(m, H, 2), r(csr.nnz, 2), 0.5, 0.3, seed, False),
+            # (queries, keys and values stored heads-last, as the CPU projections make them)
+            (ptr, idx, None, heads_last(n, H, f), heads_last(m, H, f), heads_last(m, H, f), None, None, 0.5, 0.0, seed, True),
         ],
         "transformer_attention_backward_rows": [
             (ptr, idx, None, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), None, None, None, None, r(n, H), 0.5, 0.3, seed),
             (ptr, idx, None, r(n, H, f), r(n, H, f), r(m, H, f), r(m, H, f), r(n, H, 2), r(n, H, 2), r(csr.nnz, 2), r(csr.nnz, H), None, 0.5, 0.0, seed),
             # (one gradient for every head, and the cached attention without dropout: no ad written)
             (ptr, idx, None, r(n, 1, f), r(n, H, f), r(m, H, f), r(m, H, f), None, None, None, r(csr.nnz, H), None, 0.5, 0.0, seed),
+            (ptr, idx, None, r(n, H, f), heads_last(n, H, f), heads_last(m, H, f), heads_last(m, H, f), None, None, None, None, r(n, H), 0.5, 0.3, seed),
         ],
         "transformer_attention_backward_cols": [
             (tptr, tidx, tperm, r(n, H, f), r(n, H, f), r(csr.nnz, 2, H), None, 0.5),
             (tptr, tidx, tperm, r(n, 1, f), r(n, H, f), r(csr.nnz, 1, H), r(csr.nnz, H), 0.5),
+            (tptr, tidx, tperm, heads_last(n, H, f), heads_last(n, H, f), r(csr.nnz, 2, H), None, 0.5),
         ],
     }
 

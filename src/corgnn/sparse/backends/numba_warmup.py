@@ -172,10 +172,14 @@ class Tier:
         if tasks <= 1:
             kernel(*args)
             return
-        compiled = len(kernel.signatures)
+        # NOTE: len(overloads), not len(signatures): that lists the overloads' keys,
+        # and iterating an OrderedDict hashes each key, here tuples of Numba types
+        # with Python-level hashes: 2.1 vs 0.08 us per read with one overload, twice
+        # per product (~0.04 ms of a ~2.3 ms GIN step on 32 small graphs)
+        compiled = len(kernel.overloads)
         t0 = time.perf_counter()
         kernel(*args)
-        if len(kernel.signatures) == compiled:
+        if len(kernel.overloads) == compiled:
             self._spent += time.perf_counter() - t0
             if self._spent >= _tier_up_s():
                 self.tier_up()
