@@ -7,6 +7,7 @@ the size threshold to force the prefetching compilation everywhere."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,14 +15,16 @@ from corgnn.graph import Graph
 from corgnn.nn import GAT, GCN
 from corgnn.sparse import sddmm, spmm, use_backend
 from corgnn.sparse.backends import numba_gat_kernels as gat_kernels
+from corgnn.sparse.backends import numba_gatv2_kernels as gatv2_kernels
 from corgnn.sparse.backends import numba_kernels as kernels
+from corgnn.sparse.backends import numba_transformer_kernels as transformer_kernels
 from conftest import FORCED_TRITON_INTERPRETER, make_graph
 
 pytestmark = pytest.mark.skipif(FORCED_TRITON_INTERPRETER, reason="Numba kernels only; the forced-Triton pass does not run them")
 
 GATHER_KERNELS = [
     (mod.__name__.rsplit(".", 1)[1], name, obj)
-    for mod in (kernels, gat_kernels)
+    for mod in (kernels, gat_kernels, gatv2_kernels, transformer_kernels)
     for name, obj in vars(mod).items()
     if isinstance(obj, kernels._GatherKernel)
 ]
@@ -45,12 +48,33 @@ def test_call_picks_the_compilation_by_operand_size(monkeypatch, module, name, k
     class Operand:
         def __init__(self, nbytes):
             self.nbytes = nbytes
+            self.dtype = np.dtype(np.float32)
 
-    args = [None] * (kernel.operand + 1)
-    args[kernel.operand] = Operand(kernels.PREFETCH_MIN_BYTES)
-    kernel(*args)
-    args[kernel.operand] = Operand(kernels.PREFETCH_MIN_BYTES + 1)
-    kernel(*args)
+    class Tier:  # (a tiered kernel's tier: its parallel compilation, then its serial one)
+        def __init__(self):
+            self.parallel = True
+
+        def run(self, parallel, serial, args, tasks):
+            assert tasks == args[3].shape[0] - 1
+            (parallel if self.parallel else serial)(*args)
+
+    args = [None] * max(4, kernel.operand + 1)
+    args[3] = np.zeros(3, dtype=np.int64)  # (a tiered kernel's row chunks: 2 tasks)
+    sizes = (kernels.PREFETCH_MIN_BYTES, kernels.PREFETCH_MIN_BYTES + 1)
+    if kernel.serial is not None:
+        monkeypatch.setattr(kernel, "serial", (lambda *a: calls.append("serial plain"), lambda *a: calls.append("serial prefetching")))
+        tier = Tier()
+        monkeypatch.setattr(kernel, "_tiers", {np.dtype(np.float32): tier})
+        for parallel in (False, True):
+            tier.parallel = parallel
+            for nbytes in sizes:
+                args[kernel.operand] = Operand(nbytes)
+                kernel(*args)
+        assert calls == ["serial plain", "serial prefetching", "plain", "prefetching"]
+        return
+    for nbytes in sizes:
+        args[kernel.operand] = Operand(nbytes)
+        kernel(*args)
     assert calls == ["plain", "prefetching"]
 
 

@@ -33,7 +33,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .numba_kernels import chunk_degree, empty_array, gather_kernel, head_axpy, prefetch_gather
+from .numba_kernels import chunk_degree, empty_array, gather_kernel, head_axpy, prefetch_gather, tiered_jit
 
 __all__ = [
     "keep_edge",
@@ -128,9 +128,9 @@ def _row_softmax(i, lo, hi, idx, perm, has_perm, s, d, slope, mx, tot, buf, leak
             tot[h] += ex
 
 
-@gather_kernel(operand=6)
-def gat_forward_rows(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=6, tiered=True)
+def gat_forward_rows(dist, loop):
+    @njit(**tiered_jit(loop))
     def gat_forward_rows(ptr, idx, perm, chunks, s, d, M, slope, thresh, scale, seed_lo, seed_hi, alpha, leaky, out):
         """Edge logits, LeakyReLU, row softmax, attention dropout and semi-batched SpMM, fused.
 
@@ -151,7 +151,7 @@ def gat_forward_rows(dist):
         want_leaky = leaky.shape[0] > 0
         drop = thresh > 0
         zero = scale * 0
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             mx = empty_array(H, M)
             tot = empty_array(H, M)
             for i in range(chunks[t], chunks[t + 1]):
@@ -179,9 +179,9 @@ def gat_forward_rows(dist):
     return gat_forward_rows
 
 
-@gather_kernel(operand=5)
-def gat_backward_rows(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=5, tiered=True)
+def gat_backward_rows(dist, loop):
+    @njit(**tiered_jit(loop))
     def gat_backward_rows(ptr, idx, perm, chunks, G, M, alpha, leaky, s, d, slope, thresh, scale, seed_lo, seed_hi, alpha_d, dy, dd):
         """Backward over destination rows: SDDMM, dropout, softmax and LeakyReLU backward.
 
@@ -205,7 +205,7 @@ def gat_backward_rows(dist):
         cached = alpha.shape[0] > 0
         drop = thresh > 0
         zero = scale * 0
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             mx = empty_array(H, M)
             inv = empty_array(H, M)
             dot = empty_array(H, M)
@@ -261,9 +261,9 @@ def gat_backward_rows(dist):
     return gat_backward_rows
 
 
-@gather_kernel(operand=4)
-def gat_backward_cols(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=4, tiered=True)
+def gat_backward_cols(dist, loop):
+    @njit(**tiered_jit(loop))
     def gat_backward_cols(ptr, idx, perm, chunks, Gt, alpha_d, dy, dd, a_src, a_dst, dM, ds):
         """Backward over source nodes (the transposed walk): ``ds`` and ``dL/dM``.
 
@@ -291,7 +291,7 @@ def gat_backward_cols(dist):
         K = Gt.shape[1]
         H = Gt.shape[2]
         has_perm = perm.shape[0] > 0
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             Av = empty_array((chunk_degree(ptr, chunks, t), H), Gt)
             acc = empty_array((K, H), Gt)
             col = empty_array(H, Gt)

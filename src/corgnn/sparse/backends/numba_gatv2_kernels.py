@@ -39,15 +39,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .numba_gat_kernels import dropped_weights
-from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather
+from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, tiered_jit
 
 __all__ = ["gatv2_forward_rows", "gatv2_backward_rows", "gatv2_backward_cols"]
-
-_JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
-
 
 @njit(inline="always")
 def scores(XLt, c, XRt, att_t, slope, P, j):
@@ -77,9 +74,9 @@ def _transposed(att):
     return out
 
 
-@gather_kernel(operand=4)
-def gatv2_forward_rows(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=4, tiered=True)
+def gatv2_forward_rows(dist, loop):
+    @njit(**tiered_jit(loop))
     def gatv2_forward_rows(ptr, idx, perm, chunks, XLt, XRl, att, slope, thresh, scale, seed_lo, seed_hi, alpha, lse, out):
         """Scores, row softmax, attention dropout and semi-batched SpMM, fused.
 
@@ -106,7 +103,7 @@ def gatv2_forward_rows(dist):
         want_alpha = alpha.shape[0] > 0
         drop = thresh > 0
         zero = scale * 0
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = empty_array((deg, H), XLt)
             W = empty_array((deg if drop else 0, H), XLt)
@@ -154,9 +151,9 @@ def gatv2_forward_rows(dist):
     return gatv2_forward_rows
 
 
-@gather_kernel(operand=5)
-def gatv2_backward_rows(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=5, tiered=True)
+def gatv2_backward_rows(dist, loop):
+    @njit(**tiered_jit(loop))
     def gatv2_backward_rows(ptr, idx, perm, chunks, Gl, XLt, XRl, att, alpha, lse, slope, thresh, scale, seed_lo, seed_hi, alpha_w, de, dXR, datt):
         """Backward over destination rows: SDDMM, dropout and softmax backward, ``dXR``, ``da``.
 
@@ -180,7 +177,7 @@ def gatv2_backward_rows(dist):
         cached = alpha.shape[0] > 0
         drop = thresh > 0
         zero = scale * 0
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = empty_array((deg, H), XLt)  # alpha
             Gd = empty_array((deg, H), XLt)  # dalpha, then de
@@ -249,9 +246,9 @@ def gatv2_backward_rows(dist):
     return gatv2_backward_rows
 
 
-@gather_kernel(operand=5)
-def gatv2_backward_cols(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=5, tiered=True)
+def gatv2_backward_cols(dist, loop):
+    @njit(**tiered_jit(loop))
     def gatv2_backward_cols(ptr, idx, perm, chunks, Gt, XRt, XLl, att, alpha, de, slope, thresh, scale, seed_lo, seed_hi, dXL):
         """Backward over source nodes (the transposed walk): ``dXL``.
 
@@ -273,7 +270,7 @@ def gatv2_backward_cols(dist):
         H = XLl.shape[2]
         has_perm = perm.shape[0] > 0
         drop = thresh > 0
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             Av = empty_array((deg, H), XLl)
             Dv = empty_array((deg, H), XLl)

@@ -29,19 +29,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .numba_gat_kernels import dropped_weights
-from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, transpose_row
+from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, tiered_jit, transpose_row
 
 __all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
 
-_JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
-
-
-@gather_kernel(operand=5)
-def dot_attention_forward_rows(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=5, tiered=True)
+def dot_attention_forward_rows(dist, loop):
+    @njit(**tiered_jit(loop))
     def dot_attention_forward_rows(ptr, idx, perm, chunks, Ql, Kt, Vt, Qe, attr, scale, thresh, dscale, seed_lo, seed_hi, lse, alpha, out, Ae):
         """Scores, row softmax, attention dropout and aggregation, fused.
 
@@ -79,7 +76,7 @@ def dot_attention_forward_rows(dist):
         want_alpha = alpha.shape[0] > 0
         drop = thresh > 0
         zero = scale * 0
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = empty_array((deg, H), Ql)
             W = empty_array((deg if drop else 0, H), Ql)
@@ -145,9 +142,9 @@ def dot_attention_forward_rows(dist):
     return dot_attention_forward_rows
 
 
-@gather_kernel(operand=6)
-def dot_attention_backward_rows(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=6, tiered=True)
+def dot_attention_backward_rows(dist, loop):
+    @njit(**tiered_jit(loop))
     def dot_attention_backward_rows(ptr, idx, perm, chunks, G, Ql, Kt, Vt, Qe, Ge, attr, alpha, lse, scale, thresh, dscale, seed_lo, seed_hi, ea, dQ, dQe, dattr):
         """Backward over destination rows: SDDMM, dropout and softmax backward, ``dQ``.
 
@@ -187,7 +184,7 @@ def dot_attention_backward_rows(dist):
         two = ea.shape[1] == 2
         zero = scale * 0
         one = zero + np.float32(1.0)
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = empty_array((deg, H), Ql)  # alpha
             Gd = empty_array((deg, H), Ql)  # <G_i, V_c>, then dalpha, then de * scale
@@ -274,9 +271,9 @@ def dot_attention_backward_rows(dist):
     return dot_attention_backward_rows
 
 
-@gather_kernel(operand=5)
-def dot_attention_backward_cols(dist):
-    @njit(**_JIT)
+@gather_kernel(operand=5, tiered=True)
+def dot_attention_backward_cols(dist, loop):
+    @njit(**tiered_jit(loop))
     def dot_attention_backward_cols(ptr, idx, perm, chunks, Gt, Qt, ea, alpha, scale, dK, dV):
         """Backward over source nodes (the transposed walk): ``dK`` and ``dV``.
 
@@ -316,7 +313,7 @@ def dot_attention_backward_cols(dist):
         per_head = Gt.shape[2] == H
         has_perm = perm.shape[0] > 0
         two = ea.shape[1] == 2
-        for t in prange(chunks.shape[0] - 1):
+        for t in loop(chunks.shape[0] - 1):
             Ev = empty_array((chunk_degree(ptr, chunks, t), 2, H), ea)
             accK = empty_array((C, H), ea)
             accV = empty_array((Cv, H), ea)
