@@ -31,9 +31,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from .numba_kernels import chunk_degree, empty_array, gather_kernel, head_axpy, prefetch_gather, tiered_jit
+from .numba_kernels import chunk_degree, empty_array, gather_kernel, head_axpy, prefetch_gather, tiered_jit, tiered_kernel
 
 __all__ = [
     "keep_edge",
@@ -44,7 +44,6 @@ __all__ = [
     "head_weighted_sums",
 ]
 
-_JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True)
 _M32 = 0xFFFFFFFF
 
 
@@ -81,24 +80,27 @@ def dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, scale):
             W[j, h] = P[j, h] * (scale if keep_edge(e * H + h, seed_lo, seed_hi, thresh) else zero)
 
 
-@njit(**_JIT)
-def node_scores(M, a_src, a_dst, s, d):
-    """``s[i, h] = <M[i, h], a_src[h]>``, ``d[i, h] = <M[i, h], a_dst[h]>``.
+@tiered_kernel(tasks=lambda args: args[0].shape[0])
+def node_scores(loop):
+    @njit(**tiered_jit(loop))
+    def node_scores(M, a_src, a_dst, s, d):
+        """``s[i, h] = <M[i, h], a_src[h]>``, ``d[i, h] = <M[i, h], a_dst[h]>``.
 
-    M (n, H, K); a_src, a_dst (H, K); s, d (n, H) overwritten.
-    """
-    n = M.shape[0]
-    H = M.shape[1]
-    K = M.shape[2]
-    for i in prange(n):
-        for h in range(H):
-            ss = 0.0
-            dd = 0.0
-            for k in range(K):
-                ss += M[i, h, k] * a_src[h, k]
-                dd += M[i, h, k] * a_dst[h, k]
-            s[i, h] = ss
-            d[i, h] = dd
+        M (n, H, K); a_src, a_dst (H, K); s, d (n, H) overwritten.
+        """
+        n = M.shape[0]
+        H = M.shape[1]
+        K = M.shape[2]
+        for i in loop(n):
+            for h in range(H):
+                ss = 0.0
+                dd = 0.0
+                for k in range(K):
+                    ss += M[i, h, k] * a_src[h, k]
+                    dd += M[i, h, k] * a_dst[h, k]
+                s[i, h] = ss
+                d[i, h] = dd
+    return node_scores
 
 
 @njit(inline="always", cache=True)
@@ -320,37 +322,40 @@ def gat_backward_cols(dist, loop):
     return gat_backward_cols
 
 
-@njit(**_JIT)
-def head_weighted_sums(w1, w2, M, part1, part2, out1, out2):
-    """``out1[h] = sum_i w1[i, h] M[i, h]`` and ``out2`` likewise (attention gradients).
+@tiered_kernel(tasks=lambda args: args[3].shape[0])
+def head_weighted_sums(loop):
+    @njit(**tiered_jit(loop))
+    def head_weighted_sums(w1, w2, M, part1, part2, out1, out2):
+        """``out1[h] = sum_i w1[i, h] M[i, h]`` and ``out2`` likewise (attention gradients).
 
-    w1, w2 (n, H); M (n, H, K); part1, part2 (T, H, K) scratch, one slice per chunk
-    of rows (chunks run in parallel, then the T partial sums are added);
-    out1, out2 (H, K) overwritten.
-    """
-    n = M.shape[0]
-    H = M.shape[1]
-    K = M.shape[2]
-    T = part1.shape[0]
-    step = (n + T - 1) // T
-    for t in prange(T):
+        w1, w2 (n, H); M (n, H, K); part1, part2 (T, H, K) scratch, one slice per chunk
+        of rows (chunks run in parallel, then the T partial sums are added);
+        out1, out2 (H, K) overwritten.
+        """
+        n = M.shape[0]
+        H = M.shape[1]
+        K = M.shape[2]
+        T = part1.shape[0]
+        step = (n + T - 1) // T
+        for t in loop(T):
+            for h in range(H):
+                for k in range(K):
+                    part1[t, h, k] = 0
+                    part2[t, h, k] = 0
+            for i in range(t * step, min(n, (t + 1) * step)):
+                for h in range(H):
+                    u = w1[i, h]
+                    v = w2[i, h]
+                    for k in range(K):
+                        part1[t, h, k] += u * M[i, h, k]
+                        part2[t, h, k] += v * M[i, h, k]
         for h in range(H):
             for k in range(K):
-                part1[t, h, k] = 0
-                part2[t, h, k] = 0
-        for i in range(t * step, min(n, (t + 1) * step)):
-            for h in range(H):
-                u = w1[i, h]
-                v = w2[i, h]
-                for k in range(K):
-                    part1[t, h, k] += u * M[i, h, k]
-                    part2[t, h, k] += v * M[i, h, k]
-    for h in range(H):
-        for k in range(K):
-            a = 0.0
-            b = 0.0
-            for t in range(T):
-                a += part1[t, h, k]
-                b += part2[t, h, k]
-            out1[h, k] = a
-            out2[h, k] = b
+                a = 0.0
+                b = 0.0
+                for t in range(T):
+                    a += part1[t, h, k]
+                    b += part2[t, h, k]
+                out1[h, k] = a
+                out2[h, k] = b
+    return head_weighted_sums

@@ -223,10 +223,12 @@ class _GatherKernel:
         if self.serial is None:
             return (self.prefetching if big else self.plain)(*args)
         if self._tiers is None:
-            from .numba_warmup import tiers
-
-            self._tiers = {np.dtype(str(dt).removeprefix("torch.")): tier for dt, tier in tiers(self.__name__).items()}
+            self._tiers = _dtype_tiers(self.__name__)
         self._tiers[gathered.dtype].run(self.prefetching if big else self.plain, self.serial[big], args, args[3].shape[0] - 1)
+
+    def compilations(self, parallel: bool) -> tuple:
+        """The kernel's parallel (or serial: empty unless tiered) Numba dispatchers."""
+        return (self.plain, self.prefetching) if parallel else (self.serial or ())
 
 
 def gather_kernel(operand: int, tiered: bool = False):
@@ -235,10 +237,48 @@ def gather_kernel(operand: int, tiered: bool = False):
     return lambda factory: _GatherKernel(factory, operand, tiered)
 
 
+class _TieredKernel:
+    """A parallel kernel with a serial first tier, both compiled from one source
+    ``factory(loop)`` (task loop ``for t in loop(...)``, jitted with
+    :func:`tiered_jit` ``(loop)``) and run by a
+    :class:`~corgnn.sparse.backends.numba_warmup.Tier` per dtype (of the first
+    argument), as a tiered :class:`_GatherKernel`; ``tasks(args)`` the parallel
+    loop's task count for a call's arguments."""
+
+    def __init__(self, factory, tasks):
+        self.parallel, self.serial = factory(prange), factory(range)
+        self.tasks = tasks
+        self.__name__ = factory.__name__
+        self.__doc__ = self.parallel.py_func.__doc__
+        self._tiers: dict | None = None
+
+    def __call__(self, *args):
+        if self._tiers is None:
+            self._tiers = _dtype_tiers(self.__name__)
+        self._tiers[args[0].dtype].run(self.parallel, self.serial, args, self.tasks(args))
+
+    def compilations(self, parallel: bool) -> tuple:
+        """The kernel's parallel (or serial) Numba dispatcher."""
+        return (self.parallel if parallel else self.serial,)
+
+
+def tiered_kernel(tasks):
+    """Decorator: ``factory(loop) -> njit kernel`` becomes a :class:`_TieredKernel`
+    whose calls run ``tasks(args)`` parallel tasks."""
+    return lambda factory: _TieredKernel(factory, tasks)
+
+
 def tiered_jit(loop) -> dict:
-    """``njit`` options of one compilation of a tiered gather kernel
-    (:class:`_GatherKernel`): parallel when its task loop is ``prange``."""
+    """``njit`` options of one compilation of a tiered kernel (:class:`_GatherKernel`,
+    :class:`_TieredKernel`): parallel when its task loop is ``prange``."""
     return dict(parallel=loop is prange, fastmath=True, cache=True, nogil=True)
+
+
+def _dtype_tiers(name: str) -> dict:
+    """``{numpy dtype: Tier}`` of kernel ``name`` (:func:`.numba_warmup.tiers`)."""
+    from .numba_warmup import tiers
+
+    return {np.dtype(str(dt).removeprefix("torch.")): tier for dt, tier in tiers(name).items()}
 
 
 @njit(inline="always")
