@@ -46,6 +46,7 @@ from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gat
 
 __all__ = ["gatv2_forward_rows", "gatv2_backward_rows", "gatv2_backward_cols"]
 
+
 @njit(inline="always")
 def scores(XLt, c, XRt, att_t, slope, P, j):
     """``P[j, h] = sum_k att[h, k] LeakyReLU(XL[c, h, k] + XR[i, h, k])`` with ``XLt

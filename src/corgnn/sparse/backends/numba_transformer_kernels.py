@@ -36,6 +36,7 @@ from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gat
 
 __all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
 
+
 @gather_kernel(operand=5, tiered=True)
 def dot_attention_forward_rows(dist, loop):
     @njit(**tiered_jit(loop))

@@ -21,7 +21,8 @@ GAT models need in float32 (:func:`compile_common`: training and inference, dens
 sparse features, a repeated and a fresh graph; ~10 s of compiling on that VM) into
 the cache and writes a marker (:func:`marker_path`): run it once after installing (a
 Docker build step, a job's setup) and no process of that machine pays the compile
-(a GAT's first training step: 7.3 s with the cache empty, 63 ms after it).
+(a GAT's first training step: 7.3 s with the cache empty before its kernels had a
+serial tier, 3.5-4.0 s since, 63 ms after ``corgnn warm``).
 
 With ``CORGNN_NUMBA_WARMUP=background``, a process that finds no marker runs its
 first calls on torch (the ``numba`` backend and corgnn's Numba graph builds decline
