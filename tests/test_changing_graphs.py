@@ -352,6 +352,40 @@ def test_minibatches_of_small_graphs_match_pyg_every_batch(model_cls):
             torch.testing.assert_close(g1, g0)
 
 
+@pytest.mark.parametrize("model_cls", [GCNPool, GINPool])
+@pytest.mark.parametrize("width", [6, 600])
+def test_small_products_run_the_cached_scheme_composed_and_large_ones_the_function(model_cls, width, monkeypatch):
+    """Below ROWS_MIN_MACS a tie (m = k) goes to propagate-first+split+cache, which the
+    layer runs as spmm + torch's own linear (GCNFunction never runs); at 600 channels
+    the same layers run GCNFunction. Outputs and every gradient (GIN's trained eps
+    included) equal PyG's either way."""
+    from corgnn.functional import gcn as functional_gcn
+
+    torch.manual_seed(0)
+    ref = model_cls(m=width, h=width).double()
+    ours = corgnn.optimize(copy.deepcopy(ref))
+    calls = []
+    real = functional_gcn.GCNFunction.apply
+    monkeypatch.setattr(functional_gcn.GCNFunction, "apply", lambda *a: calls.append(a[4]) or real(*a))
+    b = small_graph_batch(5, seed=3, m=width)
+    outs = []
+    for model in (ref, ours):
+        x = b.x.clone().requires_grad_()
+        out = model(x, b.edge_index, b.batch)
+        out.square().sum().backward()
+        outs.append((out, x.grad, [p.grad for p in model.parameters()]))
+    torch.testing.assert_close(outs[1][0], outs[0][0])
+    torch.testing.assert_close(outs[1][1], outs[0][1])
+    for g1, g0 in zip(outs[1][2], outs[0][2]):
+        torch.testing.assert_close(g1, g0)
+    schemes = [conv.last_plan.scheme for conv in ours.convs]
+    if width == 6:
+        assert schemes == [functional_gcn.COMPOSED_SCHEME] * len(schemes) and calls == []
+    else:
+        assert b.num_nodes * width * width >= functional_gcn.ROWS_MIN_MACS
+        assert len(calls) == len(schemes) and calls == schemes
+
+
 # --------------------------------------------------- explain masks, edge weights
 
 

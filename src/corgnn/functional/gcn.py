@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import torch
 
-from ..cost.gcn import GCNScheme
+from ..cost.gcn import GCNScheme, parse_scheme
 from ..graph import gcn_edge_weights
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import sddmm, spmm
 
-__all__ = ["GCNFunction", "gcn_conv", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform", "RowsLinear", "gradient_rows", "head_product", "ROWS_MIN_MACS", "SPMM_MAC_COST"]
+__all__ = ["GCNFunction", "gcn_conv", "COMPOSED_SCHEME", "runs_composed", "composed_first", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform", "RowsLinear", "gradient_rows", "head_product", "ROWS_MIN_MACS", "SPMM_MAC_COST"]
 
 ROWS_MIN_MACS = 1 << 22
 """Least multiply-adds of a weight gradient ``G^T F`` ``(n, k) x (n, m)`` for which the
@@ -41,6 +41,50 @@ SPMM_MAC_COST = 8
 gradient's association order at backward time (CPU; measured 2026-11-28, 2-core VM,
 a 7,063-node PubMed sample: an SpMM on 500 columns, 9.3 M multiply-adds, 0.67 ms; a
 GEMM of 226 M, 2.44 ms: ~6.6x)."""
+
+
+COMPOSED_SCHEME = parse_scheme("propagate-first+split+cache")
+"""The scheme a layer may run as torch's own composition ``linear(spmm(A', X), W, b)``
+(:func:`runs_composed`): ``A'X`` first, then a linear whose autograd keeps ``A'X``
+for ``dW = G^T (A'X)`` and gives ``dX = A'^T (G W)``, the same products as
+:class:`GCNFunction` under this scheme."""
+
+
+def runs_composed(scheme: GCNScheme, x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None) -> bool:
+    """Whether a layer runs ``scheme`` as :data:`COMPOSED_SCHEME`'s composition
+    instead of :class:`GCNFunction`: that scheme, on dense CPU ``x (n, m)`` (no
+    sparse ``xs``), for a product ``x weight^T`` (``weight (k, m)``) shorter than
+    :data:`ROWS_MIN_MACS` multiply-adds (where :class:`GCNFunction`'s backward would
+    not look for the gradient's all-zero tail either), outside ``torch.compile``.
+
+    NOTE (issue 21, measured 2026-11-28 on this 2-core VM, 5-layer GIN with a 2-layer
+    MLP on mini-batches of 32 small graphs, ~780 nodes, 64 channels, interleaved in
+    one process): on such small products torch's own autograd of the weight product
+    (C++) beats :class:`GCNFunction`'s Python backward, which calls each product from
+    Python; see :class:`corgnn.nn.GINConv` for the step times."""
+    # (cache implies propagate-first+split, and reuse is never planned for a dense x
+    # that needs this choice: two attribute reads instead of a dataclass comparison)
+    return (
+        scheme.cache and not scheme.reuse and xs is None and x is not None and x.device.type == "cpu"
+        and x.size(0) * x.size(1) * weight.size(0) < ROWS_MIN_MACS and not torch.compiler.is_compiling()
+    )
+
+
+def composed_first(candidates: tuple[GCNScheme, ...], n: int, m: int, k: int) -> tuple[GCNScheme, ...]:
+    """``candidates`` with :data:`COMPOSED_SCHEME` first when an ``(n, m) x (m, k)``
+    product would run composed (:func:`runs_composed`'s size rule): a plan's tie
+    between it and another scheme (equal estimated time, memory and SpMM count, e.g.
+    transform-first+fused at ``m = k``) then goes to the composition."""
+    if n * m * k >= ROWS_MIN_MACS:
+        return candidates
+    hit = _COMPOSED_FIRST.get(id(candidates))
+    if hit is None or hit[0] is not candidates:  # (one tuple per candidate set: the plan's memo then hits)
+        first = (COMPOSED_SCHEME,) + tuple(s for s in candidates if s != COMPOSED_SCHEME) if COMPOSED_SCHEME in candidates else candidates
+        hit = _COMPOSED_FIRST[id(candidates)] = (candidates, first)
+    return hit[1]
+
+
+_COMPOSED_FIRST: dict = {}
 
 
 def gradient_rows(G: torch.Tensor, macs: int) -> int:
