@@ -98,6 +98,25 @@ def test_a_lock_of_a_dead_process_is_taken_over(tmp_path):
     assert numba_warmup._take_lock(str(lock)) and lock.read_text() == str(os.getpid())
 
 
+def test_marker_folder_falls_back_to_numbas_user_wide_cache_when_the_package_is_read_only(monkeypatch, tmp_path):
+    """A read-only install (no NUMBA_CACHE_DIR, the package's __pycache__ not writable):
+    corgnn's markers go where Numba then caches the kernels of this package, its
+    user-wide folder (under XDG_CACHE_HOME here), not nowhere."""
+    from numba.core.caching import UserWideCacheLocator
+
+    monkeypatch.setattr(numba_threads.numba.config, "CACHE_DIR", "")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    tree = os.path.join(os.path.dirname(numba_threads.__file__), "__pycache__")
+    assert numba_threads.cache_folder() == tree  # (writable here: the package's own folder, as before)
+    real = os.access
+    monkeypatch.setattr(numba_threads.os, "access", lambda path, mode: False if path == tree else real(path, mode))
+    folder = numba_threads.cache_folder()
+    assert folder is not None and folder.startswith(str(tmp_path)) and os.path.isdir(folder)
+    assert folder == UserWideCacheLocator(test_marker_folder_falls_back_to_numbas_user_wide_cache_when_the_package_is_read_only, numba_threads.__file__).get_cache_path()
+    monkeypatch.setenv("XDG_CACHE_HOME", "/proc/no-such-folder")  # (nothing writable: none)
+    assert numba_threads.cache_folder() is None
+
+
 def test_a_warm_up_that_died_unmarked_ends_the_wait(cold, tmp_path):
     assert numba_warmup.cold_reason() is not None
     numba_warmup._state["next"] = 0.0

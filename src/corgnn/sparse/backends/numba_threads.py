@@ -151,11 +151,10 @@ def _is_corgnn_kernel(data) -> bool:
 
 
 def runtime_cache_file(codegen) -> str | None:
-    """Where :func:`start_runtime` keeps the runtime's object code: Numba's cache
-    directory (``NUMBA_CACHE_DIR``) or this package's ``__pycache__`` (where Numba
-    caches corgnn's kernels), named by everything the code depends on (Python, Numba
+    """Where :func:`start_runtime` keeps the runtime's object code: :func:`cache_folder`
+    (where Numba caches corgnn's kernels), named by everything the code depends on (Python, Numba
     and llvmlite versions, the target triple, CPU name and features, as Numba keys
-    its own cache); None when neither directory is writable."""
+    its own cache); None when no folder is writable."""
     import hashlib
     import sys
 
@@ -168,9 +167,11 @@ def runtime_cache_file(codegen) -> str | None:
 
 def cache_folder() -> str | None:
     """Where corgnn keeps its own files beside Numba's cache of its kernels: Numba's
-    cache directory (``NUMBA_CACHE_DIR``) or this package's ``__pycache__``; None when
-    neither is writable."""
-    for folder in (numba.config.CACHE_DIR or None, os.path.join(os.path.dirname(__file__), "__pycache__")):
+    cache directory (``NUMBA_CACHE_DIR``), this package's ``__pycache__``, or, when
+    that is not writable (a read-only install, e.g. a system ``site-packages``), the
+    user-wide folder Numba itself then caches these kernels in
+    (:func:`_user_wide_folder`); None when none is writable."""
+    for folder in (numba.config.CACHE_DIR or None, os.path.join(os.path.dirname(__file__), "__pycache__"), _user_wide_folder()):
         if folder:
             try:
                 os.makedirs(folder, exist_ok=True)
@@ -179,6 +180,20 @@ def cache_folder() -> str | None:
             if os.access(folder, os.W_OK):
                 return folder
     return None
+
+
+def _user_wide_folder() -> str | None:
+    """The folder Numba's user-wide cache locator gives this module's functions
+    (``numba.core.caching.UserWideCacheLocator``: the user's cache directory, e.g.
+    ``~/.cache/numba``, plus a path made from this file's folder), the one Numba falls
+    back to for corgnn's kernels when the package's ``__pycache__`` is read-only; None
+    when this Numba has no such locator."""
+    try:
+        from numba.core.caching import UserWideCacheLocator
+
+        return UserWideCacheLocator(cache_folder, __file__).get_cache_path()
+    except Exception:  # (another Numba's internals: no fallback folder)
+        return None
 
 
 def start_runtime(target_context) -> None:
