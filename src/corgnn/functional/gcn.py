@@ -57,11 +57,13 @@ def runs_composed(scheme: GCNScheme, x: torch.Tensor | None, weight: torch.Tenso
     :data:`ROWS_MIN_MACS` multiply-adds (where :class:`GCNFunction`'s backward would
     not look for the gradient's all-zero tail either), outside ``torch.compile``.
 
-    NOTE (issue 21, measured 2026-11-28 on this 2-core VM, 5-layer GIN with a 2-layer
-    MLP on mini-batches of 32 small graphs, ~780 nodes, 64 channels, interleaved in
-    one process): on such small products torch's own autograd of the weight product
-    (C++) beats :class:`GCNFunction`'s Python backward, which calls each product from
-    Python; see :class:`corgnn.nn.GINConv` for the step times."""
+    NOTE (issue 21, measured 2026-11-28 on the 2-core VM, 5-layer GIN with a 2-layer
+    MLP on mini-batches of 32 small graphs, ~780 nodes, 64 channels, the old and new
+    rule interleaved in one process, four runs): on such small products torch's own
+    autograd of the weight product (C++) beats :class:`GCNFunction`'s Python
+    backward, which calls each product from Python: 4.33 / 4.65 / 4.53 / 4.66 ->
+    4.17 / 4.50 / 4.37 / 4.46 ms per training step (3.3-4.2 % less; PyG 4.53-4.85
+    ms); the 3-layer GCN on the same batches ~1 % less."""
     # (cache implies propagate-first+split, and reuse is never planned for a dense x
     # that needs this choice: two attribute reads instead of a dataclass comparison)
     return (
