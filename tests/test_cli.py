@@ -62,6 +62,25 @@ def test_explain_sizes_and_dataset(capsys):
     assert "missing" in capsys.readouterr().err
 
 
+def test_explain_shows_a_small_tie_run_composed_as_the_layers_run_it(capsys):
+    """A mini-batch-sized layer at m = k: the layers' tie goes to the cached scheme,
+    run as spmm + torch's linear; explain says so, and a large one neither."""
+    import torch
+    from torch_geometric.nn import GINConv as PygGINConv
+
+    import corgnn
+
+    assert main(["explain", "--n", "784", "--q", "4200", "--m", "64", "--k", "64", "--input-grad"]) == 0
+    out = capsys.readouterr().out
+    assert "choice: propagate-first+split+cache" in out and "runs as spmm(A', X) then torch's own linear" in out
+    layer = corgnn.optimize(PygGINConv(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))))
+    layer(torch.randn(784, 64, requires_grad=True), torch.randint(0, 784, (2, 3416)))
+    assert layer.last_plan.scheme.name == "propagate-first+split+cache"
+    assert main(["explain", "--n", "169343", "--q", "1335586", "--m", "64", "--k", "64", "--input-grad"]) == 0
+    out = capsys.readouterr().out
+    assert "choice: transform-first+fused" in out and "runs as" not in out
+
+
 def test_unknown_model_rejected(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--model", "mlp"])

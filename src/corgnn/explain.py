@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from .cost.gcn import plan_gcn
+from .cost.gcn import GCN_SCHEMES, plan_gcn
 from .cost.io import IO_FORMATS, MatrixStats, choose_format
+from .functional.gcn import COMPOSED_SCHEME, ROWS_MIN_MACS, composed_first
 from .nn.models import MODELS, build_model
 
 __all__ = ["add_arguments", "run", "explain_gcn", "explain_formats", "explain_partitioned", "explain_model"]
@@ -33,7 +34,14 @@ def explain_gcn(n: int, q: int, layers: list[tuple], scheme: str = "auto") -> st
     tables = []
     for m, k, input_grad, *rest in layers:
         x_nnz, constant = (list(rest) + [None, False])[:2]
-        tables.append(plan_gcn(n, q, m, k, input_grad, scheme=scheme, x_nnz=x_nnz, reuse=constant).table())
+        # (the candidates in the layers' order: a tie on a small product goes to the composition)
+        candidates = GCN_SCHEMES if x_nnz is not None else composed_first(GCN_SCHEMES, n, m, k)
+        plan = plan_gcn(n, q, m, k, input_grad, scheme=scheme, x_nnz=x_nnz, reuse=constant, candidates=candidates)
+        table = plan.table()
+        if plan.scheme == COMPOSED_SCHEME and x_nnz is None and n * m * k < ROWS_MIN_MACS:
+            table += (f"\nruns as spmm(A', X) then torch's own linear (a product of {n * m * k:,} < {ROWS_MIN_MACS:,} "
+                      "multiply-adds on CPU: corgnn.functional.gcn.runs_composed)")
+        tables.append(table)
     return "\n\n".join(tables)
 
 
