@@ -338,18 +338,23 @@ def test_minibatches_of_small_graphs_match_pyg_every_batch(model_cls):
     ours = corgnn.optimize(copy.deepcopy(ref))
     assert not any(isinstance(m, (PygGCNConv, PygGINConv)) for m in ours.modules())
     for step in range(3):  # a new graph (a new edge_index tensor) every call
-        b = small_graph_batch(5, seed=step)
-        outs = []
-        for model in (ref, ours):
-            model.zero_grad()
-            x = b.x.clone().requires_grad_()
-            out = model(x, b.edge_index, b.batch)
-            out.square().sum().backward()
-            outs.append((out, x.grad, [p.grad for p in model.parameters()]))
-        torch.testing.assert_close(outs[1][0], outs[0][0])
-        torch.testing.assert_close(outs[1][1], outs[0][1])
-        for g1, g0 in zip(outs[1][2], outs[0][2]):
-            torch.testing.assert_close(g1, g0)
+        assert_same_step(ref, ours, small_graph_batch(5, seed=step))
+
+
+def assert_same_step(ref, ours, b: Batch) -> None:
+    """``ours`` gives ``ref``'s outputs and gradients (input and every parameter) on
+    one training step of batch ``b``."""
+    outs = []
+    for model in (ref, ours):
+        model.zero_grad()
+        x = b.x.clone().requires_grad_()
+        out = model(x, b.edge_index, b.batch)
+        out.square().sum().backward()
+        outs.append((out, x.grad, [p.grad for p in model.parameters()]))
+    torch.testing.assert_close(outs[1][0], outs[0][0])
+    torch.testing.assert_close(outs[1][1], outs[0][1])
+    for g1, g0 in zip(outs[1][2], outs[0][2]):
+        torch.testing.assert_close(g1, g0)
 
 
 @pytest.mark.parametrize("model_cls", [GCNPool, GINPool])
@@ -368,16 +373,7 @@ def test_small_products_run_the_cached_scheme_composed_and_large_ones_the_functi
     real = functional_gcn.GCNFunction.apply
     monkeypatch.setattr(functional_gcn.GCNFunction, "apply", lambda *a: calls.append(a[4]) or real(*a))
     b = small_graph_batch(5, seed=3, m=width)
-    outs = []
-    for model in (ref, ours):
-        x = b.x.clone().requires_grad_()
-        out = model(x, b.edge_index, b.batch)
-        out.square().sum().backward()
-        outs.append((out, x.grad, [p.grad for p in model.parameters()]))
-    torch.testing.assert_close(outs[1][0], outs[0][0])
-    torch.testing.assert_close(outs[1][1], outs[0][1])
-    for g1, g0 in zip(outs[1][2], outs[0][2]):
-        torch.testing.assert_close(g1, g0)
+    assert_same_step(ref, ours, b)
     schemes = [conv.last_plan.scheme for conv in ours.convs]
     if width == 6:
         assert schemes == [functional_gcn.COMPOSED_SCHEME] * len(schemes) and calls == []
