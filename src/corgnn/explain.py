@@ -20,7 +20,7 @@ import torch
 
 from .cost.gcn import GCN_SCHEMES, plan_gcn
 from .cost.io import IO_FORMATS, MatrixStats, choose_format
-from .functional.gcn import COMPOSED_SCHEME, ROWS_MIN_MACS, composed_first
+from .functional.gcn import COMPOSED_SCHEME, ROWS_MIN_MACS, composed_first, small_product
 from .nn.models import MODELS, build_model
 
 __all__ = ["add_arguments", "run", "explain_gcn", "explain_formats", "explain_partitioned", "explain_model"]
@@ -38,7 +38,7 @@ def explain_gcn(n: int, q: int, layers: list[tuple], scheme: str = "auto") -> st
         candidates = GCN_SCHEMES if x_nnz is not None else composed_first(GCN_SCHEMES, n, m, k)
         plan = plan_gcn(n, q, m, k, input_grad, scheme=scheme, x_nnz=x_nnz, reuse=constant, candidates=candidates)
         table = plan.table()
-        if plan.scheme == COMPOSED_SCHEME and x_nnz is None and n * m * k < ROWS_MIN_MACS:
+        if plan.scheme == COMPOSED_SCHEME and x_nnz is None and small_product(n, m, k):
             table += (f"\nruns as spmm(A', X) then torch's own linear (a product of {n * m * k:,} < {ROWS_MIN_MACS:,} "
                       "multiply-adds on CPU: corgnn.functional.gcn.runs_composed)")
         tables.append(table)

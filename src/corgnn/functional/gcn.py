@@ -29,7 +29,7 @@ from ..graph import gcn_edge_weights
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import sddmm, spmm
 
-__all__ = ["GCNFunction", "gcn_conv", "COMPOSED_SCHEME", "runs_composed", "composed_first", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform", "RowsLinear", "gradient_rows", "head_product", "ROWS_MIN_MACS", "SPMM_MAC_COST"]
+__all__ = ["GCNFunction", "gcn_conv", "COMPOSED_SCHEME", "runs_composed", "composed_first", "small_product", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform", "RowsLinear", "gradient_rows", "head_product", "ROWS_MIN_MACS", "SPMM_MAC_COST"]
 
 ROWS_MIN_MACS = 1 << 22
 """Least multiply-adds of a weight gradient ``G^T F`` ``(n, k) x (n, m)`` for which the
@@ -68,8 +68,14 @@ def runs_composed(scheme: GCNScheme, x: torch.Tensor | None, weight: torch.Tenso
     # that needs this choice: two attribute reads instead of a dataclass comparison)
     return (
         scheme.cache and not scheme.reuse and xs is None and x is not None and x.device.type == "cpu"
-        and x.size(0) * x.size(1) * weight.size(0) < ROWS_MIN_MACS and not torch.compiler.is_compiling()
+        and small_product(x.size(0), x.size(1), weight.size(0)) and not torch.compiler.is_compiling()
     )
+
+
+def small_product(n: int, m: int, k: int) -> bool:
+    """Whether an ``(n, m) x (m, k)`` product is shorter than :data:`ROWS_MIN_MACS`
+    multiply-adds: the size rule of :func:`runs_composed` and :func:`composed_first`."""
+    return n * m * k < ROWS_MIN_MACS
 
 
 def composed_first(candidates: tuple[GCNScheme, ...], n: int, m: int, k: int) -> tuple[GCNScheme, ...]:
@@ -77,7 +83,7 @@ def composed_first(candidates: tuple[GCNScheme, ...], n: int, m: int, k: int) ->
     product would run composed (:func:`runs_composed`'s size rule): a plan's tie
     between it and another scheme (equal estimated time, memory and SpMM count, e.g.
     transform-first+fused at ``m = k``) then goes to the composition."""
-    if n * m * k >= ROWS_MIN_MACS:
+    if not small_product(n, m, k):
         return candidates
     hit = _COMPOSED_FIRST.get(id(candidates))
     if hit is None or hit[0] is not candidates:  # (one tuple per candidate set: the plan's memo then hits)
