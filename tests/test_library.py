@@ -419,6 +419,55 @@ def test_spmm_bias_epilogue(fmt, backend):
         assert _gradcheck(backend, lambda B, b: spmm(A, B, transpose=transpose, bias=b), (B, b))
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_spmm_binds_its_row_kernel_once_per_matrix_and_direction(fmt, monkeypatch):
+    """``spmm`` with a matrix's own values (or its pattern) binds the row kernel once per
+    matrix and direction (``ops._launcher``, kept in ``A.plans``) and reuses it, forward
+    and in the backward's transposed product; results and gradients equal the dense
+    ones. New values written in place, a per-call ``values`` tensor, a forced backend
+    and a forked child's dispatch (``dispatch.token``) each bypass or replace it."""
+    from corgnn.sparse import dispatch
+
+    A = _mat(fmt)
+    n, m = A.shape
+    g = torch.Generator().manual_seed(3)
+    binds = []
+    real = dispatch.bind
+    def counted(case, *a):
+        launch = real(case, *a)
+        binds.append(launch is not None)
+        return launch
+
+    monkeypatch.setattr(dispatch, "bind", counted)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    D = dense(A)
+    for _ in range(3):
+        B = torch.randn(m, 4, generator=g, dtype=F64, requires_grad=True)
+        G = torch.randn(n, 4, generator=g, dtype=F64)
+        out = spmm(A, B)
+        out.backward(G)
+        torch.testing.assert_close(out, D @ B.detach())
+        torch.testing.assert_close(B.grad, D.t() @ G)
+    own_kernel = A.spmm_kernel(A.val, False) is not None  # (ELL, hybrid: their own forward kernels)
+    assert binds == [True] * (1 if own_kernel else 2)  # one per direction walked by rows (numba), then reused
+    with torch.no_grad():
+        A.val.mul_(2.0)  # (in place: a new version of the values)
+    B, G = torch.randn(m, 4, generator=g, dtype=F64), torch.randn(n, 4, generator=g, dtype=F64)
+    torch.testing.assert_close(spmm(A, G, transpose=True), 2.0 * D.t() @ G)  # (every format walks A^T by rows)
+    binds.clear()
+    spmm(A, B, values=torch.ones(A.nnz, dtype=F64))  # per-call values: the general path
+    assert not binds
+    with use_backend("torch"):  # (another dispatch token: the numba launcher is not reused)
+        torch.testing.assert_close(spmm(A, G, transpose=True), 2.0 * D.t() @ G)
+    assert binds == [False]  # (asked again under the new token; the torch backend offers no launcher: the op runs)
+    token = dispatch.token()
+    dispatch.register_backend(select(Case("spmm_rows", "cpu", F64)))  # (a new registry generation, as in a forked child)
+    assert dispatch.token() != token
+    binds.clear()
+    spmm(A, G, transpose=True)
+    assert binds == [True]  # (bound again)
+
+
 def test_spmm_bias_is_validated():
     A = _mat("csr")
     B = torch.randn(A.shape[1], 4, dtype=F64)

@@ -36,7 +36,7 @@ from typing import Callable
 
 from .backends.base import Backend, Case, TransientReason
 
-__all__ = ["Case", "Backend", "register_backend", "use_backend", "available_backends", "select", "PRIORITY", "ENV_VAR"]
+__all__ = ["Case", "Backend", "register_backend", "use_backend", "available_backends", "select", "bind", "token", "PRIORITY", "ENV_VAR"]
 
 ENV_VAR = "CORGNN_BACKEND"
 
@@ -49,18 +49,28 @@ PRIORITY: dict[str, tuple[str, ...]] = {
 
 _BACKENDS: dict[str, Backend] = {}
 _SELECTED: dict[tuple[Case, str | None], tuple[Backend, Callable]] = {}
-# (a forked child selects again: a backend may not run there, see backends.numba_threads)
-os.register_at_fork(after_in_child=_SELECTED.clear)
 """Memo of :func:`select` per (case, forced name): a backend's answers depend on the
 case and the machine only, so each case is decided once per process (except past a
 :class:`~corgnn.sparse.backends.base.TransientReason`: asked again next call)."""
+_GENERATION = [0]
+"""Bumped whenever the memo is cleared (a registration, a forked child): part of
+:func:`token`, so launchers kept by callers (:func:`bind`) are not reused across it."""
+
+
+def _forget() -> None:
+    _SELECTED.clear()
+    _GENERATION[0] += 1
+
+
+# (a forked child selects again: a backend may not run there, see backends.numba_threads)
+os.register_at_fork(after_in_child=_forget)
 _local = threading.local()
 
 
 def register_backend(backend: Backend) -> Backend:
     """Add ``backend`` to the registry (by its ``name``; a later one replaces it)."""
     _BACKENDS[backend.name] = backend
-    _SELECTED.clear()
+    _forget()
     return backend
 
 
@@ -167,6 +177,32 @@ def _select(case: Case, forced: str | None) -> tuple[Backend, bool]:
     why = "; ".join(f"{n}: {_reason(b, case) or 'supported'}" for n, b in reg.items())
     head = f"backend {forced!r} (forced by use_backend/${ENV_VAR}) cannot run" if forced else "no backend can run"
     raise ValueError(f"{head} {case}. Reasons: {why}")
+
+
+def bind(case: Case, *args) -> Callable | None:
+    """``case.op`` with its leading arguments ``args`` bound
+    (:meth:`~corgnn.sparse.backends.base.Backend.bind`) by the backend :func:`select`
+    picks, when that choice is final (not one made while a faster backend is still
+    starting); else, or when the backend offers no launcher, None. A caller that
+    keeps the launcher keys it on :func:`token` too.
+
+    Raises:
+        ValueError: as :func:`select`.
+    """
+    forced = _forced()
+    hit = _SELECTED.get((case, forced))
+    if hit is None:
+        _selected(case)
+        hit = _SELECTED.get((case, forced))
+    return None if hit is None else hit[0].bind(case.op, *args)
+
+
+def token() -> tuple:
+    """What :func:`select`'s choices depend on beyond the case: the forced backend
+    (:func:`use_backend`, ``$CORGNN_BACKEND``) and the registry's generation (new after
+    a registration or in a forked child). Hashable; equal tokens, equal choices."""
+    _registry()  # (the first use registers the backends: a generation of its own)
+    return _forced(), _GENERATION[0]
 
 
 def run(case: Case, *args):

@@ -260,6 +260,14 @@ class SparseFormat:
             plan = self._plans[key] = self._make_row_plan(key)
         return plan
 
+    @property
+    def plans(self) -> dict:
+        """This matrix's store of what is derived from its pattern: its row plans
+        (:meth:`row_plan`) and the launchers :func:`corgnn.sparse.spmm` binds to them.
+        Shared with :meth:`with_values` copies (one pattern), so an entry derived from
+        values also records which values it used."""
+        return self._plans
+
     def set_row_plan(self, transpose: bool, ptr: torch.Tensor, idx: torch.Tensor, perm: torch.Tensor | None = None) -> None:
         """Install a precomputed compressed-row walk of ``op(A)`` (what
         :meth:`row_plan` would build): ``ptr (rows(op(A))+1,)``, ``idx`` and ``perm``

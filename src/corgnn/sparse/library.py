@@ -59,6 +59,7 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.library import custom_op
 
 from .backends.base import KERNEL_OPS, OpSpec
+from . import dispatch
 from .dispatch import run, select
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "transformer_attention_backward_cols",
     "OPS",
     "can_run",
+    "bind",
 ]
 
 
@@ -141,6 +143,14 @@ def can_run(name: str, *args) -> bool:
     except ValueError:
         return False
     return True
+
+
+def bind(name: str, *args):
+    """Op ``name`` with its leading arguments ``args`` bound (the dense operand among
+    them stands for the later calls' dtype and layout): the launcher of the backend
+    dispatch picks (:func:`corgnn.sparse.dispatch.bind`), or None (run the op). Eager
+    use only: ``torch.compile`` traces the op itself."""
+    return dispatch.bind(CASE_OF[name](*args), *args)
 
 
 def _decompose(case_of, name, mode, op, types, args, kwargs):

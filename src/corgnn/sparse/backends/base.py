@@ -369,6 +369,15 @@ class Backend:
         """The implementation of ``op`` (called eagerly, inside the op)."""
         return getattr(self, op)
 
+    def bind(self, op: str, *args) -> Callable | None:
+        """``op`` with its leading arguments ``args`` bound: a launcher taking the
+        remaining ones, whose per-pattern preparation (a row plan's arrays, its split
+        into parallel tasks) is done here once, for a caller that runs one pattern
+        many times (:func:`corgnn.sparse.ops.spmm` keeps one per matrix: a
+        mini-batch's matrix serves every layer, forward and backward). ``None``
+        (the default) where this backend offers none: the caller runs the op."""
+        return None
+
     def traceable(self, op: str) -> Callable | None:
         """A form of ``op`` that ``torch.compile`` may trace into (a
         ``torch.library.triton_op``), or ``None``: the opaque custom op is traced and

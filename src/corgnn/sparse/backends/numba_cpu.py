@@ -191,14 +191,32 @@ class NumbaBackend(Backend):
 
     # SpMM -------------------------------------------------------------------
     def spmm_rows(self, ptr, idx, perm, val, B, bias=None):
+        if B.dim() == 2:
+            return self._rows_launcher(ptr, idx, perm, val, B)(B, bias)
         out = torch.empty((ptr.numel() - 1,) + tuple(B.shape[1:]), dtype=B.dtype)
         p, i, pm, chunks = _walk(ptr, idx, perm)
-        if B.dim() == 2:
-            args = (p, i, _vals(val, B), pm, chunks, _np(B), out.numpy(), _vals(bias, B))
-            _SPMM_TIERS[B.dtype].run(k.spmm_rows, k.spmm_rows_serial, args, chunks.shape[0] - 1)
-            return out
         k.spmm_rows_heads(p, i, _vals(val, B), pm, chunks, _np(B), out.numpy())
         return out if bias is None else out.add_(bias)
+
+    def bind(self, op, *args):
+        # (under a serialised threading layer every launch takes the lock: kernel())
+        if op != "spmm_rows" or len(args) != 5 or args[4].dim() != 2 or numba_threads.serialised():
+            return None
+        return self._rows_launcher(*args)
+
+    @staticmethod
+    def _rows_launcher(ptr, idx, perm, val, B):
+        """``launch(B, bias=None) -> out``: :meth:`spmm_rows` of this row plan and values
+        for 2-D operands of ``B``'s dtype, the plan's arrays and task split made here."""
+        p, i, pm, chunks = _walk(ptr, idx, perm)
+        v, tier, tasks, shape, dt = _vals(val, B), _SPMM_TIERS[B.dtype], chunks.shape[0] - 1, (ptr.numel() - 1, B.shape[1]), B.dtype
+
+        def launch(B, bias=None):
+            out = torch.empty(shape if B.shape[1] == shape[1] else (shape[0], B.shape[1]), dtype=dt)
+            tier.run(k.spmm_rows, k.spmm_rows_serial, (p, i, v, pm, chunks, _np(B), out.numpy(), _vals(bias, B)), tasks)
+            return out
+
+        return launch
 
     def spmm_scatter_rows(self, ptr, idx, perm, val, B, cols):
         # (one task and one (cols, f) accumulator per thread, summed here)
