@@ -422,7 +422,7 @@ def test_spmm_bias_epilogue(fmt, backend):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_spmm_binds_its_row_kernel_once_per_matrix_and_direction(fmt, monkeypatch):
     """``spmm`` with a matrix's own values (or its pattern) binds the row kernel once per
-    matrix and direction (``ops._launcher``, kept in ``A.plans``) and reuses it, forward
+    matrix and direction (``ops._spmm_raw``, kept in ``A.plans``) and reuses it, forward
     and in the backward's transposed product; results and gradients equal the dense
     ones. New values written in place, a per-call ``values`` tensor, a forced backend
     and a forked child's dispatch (``dispatch.token``) each bypass or replace it."""

@@ -369,6 +369,36 @@ def test_transposed_spmm_reads_cached_walk_values_and_follows_in_place_changes()
     assert other not in _WALK_VALUES
 
 
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_follows_values_written_in_place(fmt, backend):
+    """Values written in place (``A.val.mul_`` under ``no_grad``) reach every product
+    (SpMM both ways, SDDMM) and every conversion, whatever each cached before (ELL's
+    padded values, COO's and hybrid's CSR, CSR's CSC: copies of the values, kept with
+    the version they were made from)."""
+    A = build(fmt, *make_coo("odd"))
+    n, m = A.shape
+    g = torch.Generator().manual_seed(4)
+    B, G, C = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((m, 3), (n, 3), (3, m)))
+
+    def results():
+        with use_backend(backend):
+            out = dict(spmm=spmm(A, B), spmm_t=spmm(A, G, transpose=True), sddmm=sddmm(A, G, C), dense=A.to_dense())
+        for name in ("csr", "csc", "coo"):
+            out[name] = A.to(name).to_dense()
+        if isinstance(A, ELL):
+            out["padded"] = A.values_padded()
+        return out
+
+    before = results()
+    torch.testing.assert_close(before["spmm"], dense(A) @ B)
+    with torch.no_grad():
+        A.val.mul_(-2.0)
+    after = results()
+    for name, value in before.items():
+        torch.testing.assert_close(after[name], -2.0 * value, msg=lambda msg: f"{name}: {msg}")
+
+
 def test_numba_row_plan_arrays_follow_an_in_place_edit_of_the_pattern():
     """The numba backend keeps a pattern's kernel arrays on its row pointer (one
     attribute read per call); an in-place edit of the pattern's arrays (a new version)

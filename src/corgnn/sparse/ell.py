@@ -41,7 +41,7 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 import torch
 
-from .formats import COO, CSR, SparseFormat, check_index, check_shape, check_values, index_stats, nbytes_of, ptr_from_sorted
+from .formats import COO, CSR, SparseFormat, cache_entry, cached_for, check_index, check_shape, check_values, index_stats, nbytes_of, ptr_from_sorted
 
 __all__ = ["ELL", "Hybrid", "hybrid_threshold", "HYBRID_PERCENTILE"]
 
@@ -98,7 +98,7 @@ class ELL(SparseFormat):
     _: KW_ONLY
     check: InitVar[bool] = True
     _csr: "CSR | None" = field(default=None, init=False)
-    _padded: torch.Tensor | None = field(default=None, init=False)
+    _padded: tuple | None = field(default=None, init=False)  # (cache_entry of values_padded())
     _plans: dict = field(default_factory=dict, init=False)
 
     name = "ell"
@@ -183,9 +183,11 @@ class ELL(SparseFormat):
         if val is None:
             if self.val is None:
                 return None
-            if self._padded is None:
-                self._padded = self._pad(self.val)
-            return self._padded
+            padded = cached_for(self._padded, self.val)
+            if padded is None:
+                padded = self._pad(self.val)
+                self._padded = cache_entry(self.val, padded)
+            return padded
         return self._pad(val)
 
     def _pad(self, val: torch.Tensor) -> torch.Tensor:
@@ -251,7 +253,7 @@ class Hybrid(SparseFormat):
     shape: tuple[int, int]
     _: KW_ONLY
     check: InitVar[bool] = True
-    _csr: "CSR | None" = field(default=None, init=False)
+    _csr: tuple | None = field(default=None, init=False)  # (cache_entry of the CSR)
     _plans: dict = field(default_factory=dict, init=False)
 
     name = "hybrid"
@@ -304,7 +306,7 @@ class Hybrid(SparseFormat):
         val = None if csr.val is None else csr.val.index_select(0, csr_pos)
         out = Hybrid(head, tail, int(t), csr_pos, None, csr.shape, check=False).with_values(val)
         out._plans["csr"] = csr.with_values(None)
-        out._csr = csr
+        out._csr = cache_entry(out.val, csr)
         return out
 
     @classmethod
@@ -344,10 +346,12 @@ class Hybrid(SparseFormat):
 
     def to_csr(self) -> CSR:
         """The same matrix in CSR (values reordered into CSR order; cached)."""
-        if self._csr is None:
+        csr = cached_for(self._csr, self.val)
+        if csr is None:
             pat = self._pattern()
-            self._csr = pat if self.val is None else pat.with_values(self.val.index_select(0, self.csr_order()))
-        return self._csr
+            csr = pat if self.val is None else pat.with_values(self.val.index_select(0, self.csr_order()))
+            self._csr = cache_entry(self.val, csr)
+        return csr
 
     def to_coo(self) -> COO:
         row = torch.cat([self.head.row(), self.tail.row])

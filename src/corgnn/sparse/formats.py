@@ -206,6 +206,26 @@ def validate_coo(row, col, shape, what: str, *, check: bool, sorted_rows: bool =
     return shape
 
 
+def cache_entry(val: torch.Tensor | None, item) -> tuple:
+    """``item`` (a conversion holding a copy of the values ``val``) kept with what it
+    was made from: the tensor and its in-place version (:func:`cached_for`)."""
+    return (val, _version(val), item)
+
+
+def cached_for(entry: tuple | None, val: torch.Tensor | None):
+    """The item of :func:`cache_entry` ``entry`` when it was made from ``val`` as it is
+    now (the same tensor, not written in place since), else None: a matrix's values
+    written in place (``A.val.mul_(2)`` under ``no_grad``) are never read stale from a
+    conversion's copy of them."""
+    if entry is None or entry[0] is not val or entry[1] != _version(val):
+        return None
+    return entry[2]
+
+
+def _version(val: torch.Tensor | None):
+    return None if val is None or val.is_inference() else val._version  # (an inference tensor has no version and cannot be written)
+
+
 class SparseFormat:
     """Common interface of every sparse format.
 
@@ -364,7 +384,7 @@ class COO(SparseFormat):
     sorted: bool = False  # row-major sorted (as built by CSR.to_coo)
     _: KW_ONLY
     check: InitVar[bool] = True
-    _csr: "CSR | None" = field(default=None, init=False)
+    _csr: tuple | None = field(default=None, init=False)  # (cache_entry of the CSR)
     _plans: dict = field(default_factory=dict, init=False)
 
     name = "coo"
@@ -399,12 +419,13 @@ class COO(SparseFormat):
     def to_csr(self, coalesce: bool = False) -> "CSR":
         """The same matrix in CSR (cached); ``coalesce=True`` sums duplicate entries
         (see :meth:`CSR.from_coo`) and returns a new, uncached CSR."""
-        if self._csr is None or coalesce:
+        csr = None if coalesce else cached_for(self._csr, self.val)
+        if csr is None:
             csr = CSR.from_coo(self.row, self.col, self.val, self.shape, coalesce=coalesce, check=False)
             if coalesce:
                 return csr
-            self._csr = csr
-        return self._csr
+            self._csr = cache_entry(self.val, csr)
+        return csr
 
     def t(self) -> "COO":
         return COO(self.col, self.row, self.val, (self.shape[1], self.shape[0]), check=False)
@@ -428,7 +449,7 @@ class CSR(SparseFormat):
     _: KW_ONLY
     check: InitVar[bool] = True
     _row: torch.Tensor | None = field(default=None, init=False)
-    _csc: "CSC | None" = field(default=None, init=False)
+    _csc: tuple | None = field(default=None, init=False)  # (cache_entry of the CSC)
     _plans: dict = field(default_factory=dict, init=False)
     _rows: "tuple[torch.Tensor, CSR] | None" = field(default=None, init=False)  # nonempty_rows() of these values
 
@@ -572,14 +593,16 @@ class CSR(SparseFormat):
 
     def to_csc(self) -> "CSC":
         """The same matrix in CSC, with ``perm`` back to this CSR's entry order (cached)."""
-        if self._csc is None:
+        csc = cached_for(self._csc, self.val)
+        if csc is None:
             plan = self._plans.get(True)  # (the arrays of A^T's walk, when built: shared)
             if plan is None or plan[1].numel() != self.nnz:  # (none yet, or an installed padded plan)
                 plan = self._make_row_plan(True)
             colptr, row, perm = plan
             val = self.val.index_select(0, perm) if self.val is not None else None
-            self._csc = CSC(colptr, row, val, self.shape, perm=perm, check=False)
-        return self._csc
+            csc = CSC(colptr, row, val, self.shape, perm=perm, check=False)
+            self._csc = cache_entry(self.val, csc)
+        return csc
 
     def t(self) -> "CSC":
         """``A^T`` as CSC sharing these arrays (no copy)."""

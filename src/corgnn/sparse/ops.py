@@ -101,10 +101,25 @@ def _scatter_pays(A: SparseFormat, B: torch.Tensor) -> bool:
 
 
 def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``op(A) B (+ bias)``: the bias is the row kernel's epilogue; format kernels add it after."""
-    launch = _launcher(A, B, val, transpose)
-    if launch is not None:
-        return launch(B, bias)
+    """``op(A) B (+ bias)``: the bias is the row kernel's epilogue; format kernels add it after.
+
+    A product with ``A``'s own values (or its pattern) walked by rows runs the row
+    kernel bound once per matrix and direction (:func:`corgnn.sparse.library.bind`),
+    kept in ``A.plans`` (:func:`_launch_key`) for the next call.
+
+    NOTE (issue 21, measured 2026-11-28 on the 2-core VM, 5-layer GIN and 3-layer
+    GCN on mini-batches of 32 small graphs, ~780 nodes, 64 channels, interleaved in
+    one process): a mini-batch's matrix is multiplied by every layer, forward and
+    transposed in the backward, 9 times per step for the GIN; preparing the row
+    plan's arrays, values and dispatch once per matrix and direction instead of per
+    call took the GIN step 3.73 -> 3.59 ms and the GCN's 1.49 -> 1.42 ms."""
+    key = _launch_key(A, B, val, transpose)
+    if key is not None:
+        hit = A.plans.get(key)
+        if hit is not None and hit[0]() is val and hit[1] == _version(val):
+            if hit[2] is not None:
+                return hit[2](B, bias)
+            key = None  # (known to take the general path: not bound again)
     own = A.spmm_kernel(val, transpose)
     if own is None and transpose and _scatter_pays(A, B):
         ptr, idx, perm = A.row_plan(False)
@@ -114,43 +129,33 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
     if own is None:
         ptr, idx, perm = A.row_plan(transpose)
         if perm is not None and val is not None and val is A.val and not torch.compiler.is_compiling():
-            val, perm = _walk_values(val, perm), None
-        return L.spmm_rows(ptr, idx, perm, val, B, bias)
+            val_walked, perm = _walk_values(val, perm), None
+        else:
+            val_walked = val
+        if key is not None:
+            launch = L.bind("spmm_rows", ptr, idx, perm, val_walked, B)
+            A.plans[key] = (_NO_VALUES if val is None else weakref.ref(val), _version(val), launch)
+            if launch is not None:
+                return launch(B, bias)
+        return L.spmm_rows(ptr, idx, perm, val_walked, B, bias)
     name, args = own
     out = getattr(L, name)(*args, B)
     return out if bias is None else out.add_(bias)
 
 
-def _launcher(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool):
-    """The row kernel of ``op(A) B`` bound to ``A``'s row plan and values
-    (:func:`corgnn.sparse.library.bind`), kept in ``A.plans`` for the next call; None
-    where the call takes :func:`_spmm_raw`'s general path: values other than ``A``'s
-    own (per-call values: an attention, an explain mask), a 3-D ``B``, a format
-    kernel or the scatter walk, a backend without launchers, ``torch.compile``.
-
-    NOTE (issue 21, measured 2026-11-28 on the 2-core VM, 5-layer GIN and 3-layer
-    GCN on mini-batches of 32 small graphs, ~780 nodes, 64 channels, interleaved in
-    one process): a mini-batch's matrix is multiplied by every layer, forward and
-    transposed in the backward, 9 times per step for the GIN; preparing the row
-    plan's arrays, values and dispatch once per matrix and direction instead of per
-    call took the GIN step 3.73 -> 3.59 ms and the GCN's 1.49 -> 1.42 ms."""
+def _launch_key(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool) -> tuple | None:
+    """The key in ``A.plans`` of ``op(A) B``'s bound row kernel (with the values and
+    their version checked on a hit), or None where none is kept: values other than
+    ``A``'s own (per-call values: an attention, an explain mask), a 3-D ``B``,
+    ``torch.compile`` tracing. ``B`` is on ``A``'s device; the thread count sets the
+    row plan's task split, the dispatch token the backend."""
     if B.dim() != 2 or (val is not None and val is not A.val) or torch.compiler.is_compiling():
         return None
-    key = ("launch", transpose, B.dtype, B.size(1), torch.get_num_threads(), dispatch_token())  # (B is on A's device)
-    version = None if val is None or val.is_inference() else val._version
-    plans = A.plans
-    hit = plans.get(key)
-    if hit is not None and hit[0]() is val and hit[1] == version:
-        return hit[2]
-    launch = None
-    if A.spmm_kernel(val, transpose) is None and not (transpose and _scatter_pays(A, B)):
-        ptr, idx, perm = A.row_plan(transpose)
-        v = val
-        if perm is not None and val is not None:
-            v, perm = _walk_values(val, perm), None
-        launch = L.bind("spmm_rows", ptr, idx, perm, v, B)
-    plans[key] = (_NO_VALUES if val is None else weakref.ref(val), version, launch)
-    return launch
+    return ("launch", transpose, B.dtype, B.size(1), torch.get_num_threads(), dispatch_token())
+
+
+def _version(val: torch.Tensor | None):
+    return None if val is None or val.is_inference() else val._version
 
 
 def _NO_VALUES():
