@@ -13,6 +13,7 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GCNConv as PygGCNConv
 from torch_geometric.nn import GINConv as PygGINConv
+from torch_geometric.nn import SAGEConv as PygSAGEConv
 from torch_geometric.nn import global_add_pool, global_mean_pool
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
@@ -507,6 +508,29 @@ def test_inference_mode_then_training_on_the_same_tensors(make):
     out = ours[0](x, ei)
     out.sum().backward()
     torch.testing.assert_close(out, ref[0](x, ei))
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("make", [
+    lambda: PygGCNConv(8, 4),
+    lambda: PygGINConv(torch.nn.Linear(8, 4)),
+    lambda: PygSAGEConv(8, 4),
+])
+def test_a_sparse_adjacency_made_under_inference_mode(make, layout):
+    """A ``torch.sparse`` ``adj_t`` made inside ``torch.inference_mode`` (an inference
+    tensor: no version counter) is a graph like any: the same outputs as PyG's, twice
+    (the second call from the cached graph)."""
+    torch.manual_seed(0)
+    ref = make()
+    ours = corgnn.optimize(copy.deepcopy(ref))
+    ei, n = make_graph()
+    x = torch.randn(n, 8)
+    with torch.inference_mode():
+        adj = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1)), (n, n)).coalesce()
+        adj = adj.to_sparse_csr() if layout == "csr" else adj
+        expected = ref(x, adj)
+        for _ in range(2):
+            torch.testing.assert_close(ours(x, adj), expected)
 
 
 def test_clear_caches_drops_the_store_and_the_layers_caches():

@@ -399,6 +399,22 @@ def test_every_format_follows_values_written_in_place(fmt, backend):
         torch.testing.assert_close(after[name], -2.0 * value, msg=lambda msg: f"{name}: {msg}")
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_public_ops_on_a_matrix_made_under_inference_mode(fmt):
+    """A matrix built inside ``torch.inference_mode`` (inference tensors have no version
+    counter, which the kept walk values and bound kernels are keyed on) runs every op
+    there, both directions, twice (the second from what the first kept)."""
+    with torch.inference_mode():
+        A = build(fmt, *make_coo("odd"))
+        n, m = A.shape
+        B, G = torch.randn(m, 3, dtype=torch.float64), torch.randn(n, 3, dtype=torch.float64)
+        D = dense(A)
+        for _ in range(2):
+            torch.testing.assert_close(spmm(A, B), D @ B)
+            torch.testing.assert_close(spmm(A, G, transpose=True), D.t() @ G)
+            torch.testing.assert_close(sddmm(A, G, B.t()), (G @ B.t())[A.to_coo().row, A.to_coo().col] * A.to_coo().val)
+
+
 def test_numba_row_plan_arrays_follow_an_in_place_edit_of_the_pattern():
     """The numba backend keeps a pattern's kernel arrays on its row pointer (one
     attribute read per call); an in-place edit of the pattern's arrays (a new version)

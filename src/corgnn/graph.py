@@ -95,8 +95,14 @@ def _sparse_state(adj) -> tuple:
     elif adj.layout == torch.sparse_csr:
         parts = (adj.crow_indices(), adj.col_indices(), adj.values())
     else:
-        return (adj._version, tuple(adj.shape), adj.layout)
-    return (adj._version, tuple(adj.shape), adj.layout) + tuple(tensor_state(t) for t in parts)
+        return (_sparse_version(adj), tuple(adj.shape), adj.layout)
+    return (_sparse_version(adj), tuple(adj.shape), adj.layout) + tuple(tensor_state(t) for t in parts)
+
+
+def _sparse_version(adj: torch.Tensor) -> int | None:
+    """``adj``'s version counter; None for an inference tensor (one made under
+    ``torch.inference_mode``, which has none: its arrays' states key it then)."""
+    return None if adj.is_inference() else adj._version
 
 
 def _with_loops(edge_index: torch.Tensor, weight: torch.Tensor | None, fill: float, num_nodes: int, replace: bool):

@@ -209,7 +209,7 @@ def validate_coo(row, col, shape, what: str, *, check: bool, sorted_rows: bool =
 def cache_entry(val: torch.Tensor | None, item) -> tuple:
     """``item`` (a conversion holding a copy of the values ``val``) kept with what it
     was made from: the tensor and its in-place version (:func:`cached_for`)."""
-    return (val, _version(val), item)
+    return (val, values_version(val), item)
 
 
 def cached_for(entry: tuple | None, val: torch.Tensor | None):
@@ -217,13 +217,15 @@ def cached_for(entry: tuple | None, val: torch.Tensor | None):
     now (the same tensor, not written in place since), else None: a matrix's values
     written in place (``A.val.mul_(2)`` under ``no_grad``) are never read stale from a
     conversion's copy of them."""
-    if entry is None or entry[0] is not val or entry[1] != _version(val):
+    if entry is None or entry[0] is not val or entry[1] != values_version(val):
         return None
     return entry[2]
 
 
-def _version(val: torch.Tensor | None):
-    return None if val is None or val.is_inference() else val._version  # (an inference tensor has no version and cannot be written)
+def values_version(val: torch.Tensor | None) -> int | None:
+    """``val``'s in-place version counter (None: no values, or an inference tensor,
+    which has none and cannot be written)."""
+    return None if val is None or val.is_inference() else val._version
 
 
 class SparseFormat:

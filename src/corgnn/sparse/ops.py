@@ -32,7 +32,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from . import library as L
 from .dispatch import token as dispatch_token
-from .formats import SparseFormat
+from .formats import SparseFormat, values_version
 from .registry import FORMATS
 
 __all__ = ["spmm", "sddmm", "edge_softmax"]
@@ -70,9 +70,9 @@ def _walk_values(val: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     """
     per = _WALK_VALUES.setdefault(val, {})
     hit = per.get(id(perm))
-    if hit is None or hit[0] is not perm or hit[1] != val._version:
+    if hit is None or hit[0] is not perm or hit[1] != values_version(val):
         with torch.no_grad():
-            hit = per[id(perm)] = (perm, val._version, val.index_select(0, perm))
+            hit = per[id(perm)] = (perm, values_version(val), val.index_select(0, perm))
     return hit[2]
 
 
@@ -116,7 +116,7 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
     key = _launch_key(A, B, val, transpose)
     if key is not None:
         hit = A.plans.get(key)
-        if hit is not None and hit[0]() is val and hit[1] == _version(val):
+        if hit is not None and hit[0]() is val and hit[1] == values_version(val):
             if hit[2] is not None:
                 return hit[2](B, bias)
             key = None  # (known to take the general path: not bound again)
@@ -134,7 +134,7 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
             val_walked = val
         if key is not None:
             launch = L.bind("spmm_rows", ptr, idx, perm, val_walked, B)
-            A.plans[key] = (_NO_VALUES if val is None else weakref.ref(val), _version(val), launch)
+            A.plans[key] = (_NO_VALUES if val is None else weakref.ref(val), values_version(val), launch)
             if launch is not None:
                 return launch(B, bias)
         return L.spmm_rows(ptr, idx, perm, val_walked, B, bias)
@@ -152,10 +152,6 @@ def _launch_key(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, tran
     if B.dim() != 2 or (val is not None and val is not A.val) or torch.compiler.is_compiling():
         return None
     return ("launch", transpose, B.dtype, B.size(1), torch.get_num_threads(), dispatch_token())
-
-
-def _version(val: torch.Tensor | None):
-    return None if val is None or val.is_inference() else val._version
 
 
 def _NO_VALUES():
