@@ -102,11 +102,24 @@ def test_nonempty_rows_restricts_the_matrix_to_its_rows_with_entries():
     (lambda A, p: A.set_row_plan(False, p[0][:-1], p[1]), ValueError, "ptr"),
     (lambda A, p: A.set_row_plan(False, p[0].float(), p[1]), TypeError, "ptr"),
     (lambda A, p: A.set_row_plan(False, p[0], p[1], torch.zeros(2, dtype=torch.long)), ValueError, "perm"),
+    # (the arrays' values: a kernel would read outside its operands)
+    (lambda A, p: A.set_row_plan(False, p[0], torch.full_like(p[1], 10**9)), ValueError, r"idx must lie in \[0, 4\)"),
+    (lambda A, p: A.set_row_plan(False, p[0], -p[1] - 1), ValueError, r"idx must lie in \[0, 4\)"),
+    (lambda A, p: A.set_row_plan(True, *A.row_plan(True)[:2], torch.full_like(p[1], 5)), ValueError, r"perm must lie in \[0, 5\)"),
+    (lambda A, p: A.set_row_plan(False, p[0].flip(0), p[1]), ValueError, "ptr must start at 0"),
+    (lambda A, p: A.set_row_plan(False, p[0] * 2, p[1].repeat(2)), ValueError, "ptr must end at nnz = len"),
+    (lambda A, p: A.set_row_plan(False, p[0].clone().index_fill_(0, torch.tensor([1]), 4), p[1]), ValueError, "non-decreasing"),
+    (lambda A, p: A.set_row_plan(False, p[0], p[1][:2]), ValueError, "at least nnz = 5"),
 ])
-def test_set_row_plan_checks_shapes(bad, exc, word):
+def test_set_row_plan_checks_shapes_and_ranges(bad, exc, word):
+    """Bad arrays raise before they are installed (``check=True``, the default), so the
+    matrix keeps its own plan and its products stay right; no kernel reads outside."""
     A = _small()
+    expected = A.to_dense()
     with pytest.raises(exc, match=word):
         bad(A, A.row_plan(False))
+    B = torch.randn(A.shape[1], 2)
+    torch.testing.assert_close(spmm(A, B), expected @ B)
 
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)

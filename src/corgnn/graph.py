@@ -330,7 +330,7 @@ class Graph:
         )
         csr = CSR(out[0], out[1], out[2] if values else None, (n, n), check=False)
         if transposed:
-            csr.set_row_plan(True, *out[4:])
+            csr.set_row_plan(True, *out[4:], check=False)
         return csr, out[3]
 
     # ---------------------------------------------------------- GCN adjacency
@@ -774,8 +774,8 @@ def _csr_with_dual(rowptr, col, val, colptr, row, perm, n: int) -> CSR:
     """A CSR whose row plans (``A`` and ``A^T``) are the given arrays, no lazy work
     left. Its per-entry arrays may carry padding past ``rowptr[-1]`` (never read)."""
     A = CSR(rowptr, col, val, (n, n), check=False)
-    A.set_row_plan(False, rowptr, col, None)
-    A.set_row_plan(True, colptr, row, perm)
+    A.set_row_plan(False, rowptr, col, None, check=False)
+    A.set_row_plan(True, colptr, row, perm, check=False)
     return A
 
 

@@ -290,20 +290,26 @@ class SparseFormat:
         values also records which values it used."""
         return self._plans
 
-    def set_row_plan(self, transpose: bool, ptr: torch.Tensor, idx: torch.Tensor, perm: torch.Tensor | None = None) -> None:
+    def set_row_plan(self, transpose: bool, ptr: torch.Tensor, idx: torch.Tensor, perm: torch.Tensor | None = None, *, check: bool = True) -> None:
         """Install a precomputed compressed-row walk of ``op(A)`` (what
         :meth:`row_plan` would build): ``ptr (rows(op(A))+1,)``, ``idx`` and ``perm``
         ``(q,)`` int64 on this format's device (``perm=None``: the walk follows the
-        format's own entry order). The arrays are trusted (library-built): only
-        their shapes are checked; per-entry arrays may run past ``ptr[-1]``
+        format's own entry order). Per-entry arrays may run past ``ptr[-1]``
         (padding that is never read). Plans hold the pattern only, so copies made by
         ``with_values`` share them.
 
+        ``check`` (default True) reads the arrays once: ``ptr`` starts at 0, never
+        decreases and ends at ``nnz``; the walked ``idx`` lie in ``[0, columns of
+        op(A))`` and ``perm`` in ``[0, nnz)``, so no kernel reads outside its operands.
+        ``check=False`` is for arrays the library built itself (as the formats'
+        constructors take it), whose shapes are still checked.
+
         Raises:
-            TypeError / ValueError: an array of another dtype, dimension or length.
+            TypeError / ValueError: an array of another dtype, dimension or length;
+                with ``check``, a pointer or index out of its range.
         """
         what = f"{type(self).__name__}.set_row_plan"
-        rows = self.shape[1] if transpose else self.shape[0]
+        rows, cols = (self.shape[1], self.shape[0]) if transpose else self.shape
         check_index(ptr, "ptr", what)
         check_index(idx, "idx", what, device=ptr.device)
         if not torch.compiler.is_compiling() and ptr.numel() != rows + 1:
@@ -312,6 +318,16 @@ class SparseFormat:
             check_index(perm, "perm", what, device=ptr.device)
             if perm.shape != idx.shape:
                 raise ValueError(f"{what}: perm must have idx's shape {tuple(idx.shape)}, got {tuple(perm.shape)}")
+        if check and _can_read(ptr, idx):
+            q = self.nnz
+            if idx.numel() < q:
+                raise ValueError(f"{what}: idx must hold at least nnz = {q} entries, got {idx.numel()}")
+            walked = [idx[:q]] + ([] if perm is None else [perm[:q]])
+            s = index_stats(*_ptr_terms(ptr), *(m for t in walked for m in _min_max(t)))
+            _check_ptr(s[:3], "ptr", what, q, "the matrix's entries")
+            _check_range(s[3:5], "idx", what, cols)
+            if perm is not None:
+                _check_range(s[5:7], "perm", what, q)
         self._plans[bool(transpose)] = (ptr, idx, perm)
 
     def spmm_kernel(self, val: torch.Tensor | None, transpose: bool):
@@ -562,7 +578,7 @@ class CSR(SparseFormat):
             if walk is not None:  # (A^T's rows are A's columns: the same walk, A's row ids renumbered 0..r-1)
                 renumber = torch.empty(self.shape[0], dtype=torch.long, device=self.device)
                 renumber[rows] = torch.arange(rows.numel(), device=self.device)
-                pattern.set_row_plan(True, walk[0], renumber[walk[1]], walk[2])
+                pattern.set_row_plan(True, walk[0], renumber[walk[1]], walk[2], check=False)
             pattern = self._plans["rows"] = (rows, pattern)
         self._rows = (pattern[0], pattern[1].with_values(self.val))
         return self._rows
