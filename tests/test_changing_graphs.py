@@ -212,11 +212,33 @@ def test_a_build_too_large_to_allocate_raises_memory_error():
     """The build kernels allocate through Numba's runtime (``numba_kernels.empty_array``):
     an allocation that fails raises MemoryError, as ``np.empty`` would, not a crash."""
     ei = torch.randint(0, 50, (2, 200))
-    with pytest.raises(MemoryError):
-        build.adjacency_csr(ei, None, 2**42, dtype=torch.float32, loops=build.LOOPS_DIAGONAL, fill=1.0)
+    with pytest.raises(MemoryError):  # (check=False: the checks refuse node counts past 2**31 - 2 first)
+        build.adjacency_csr(ei, None, 2**42, dtype=torch.float32, loops=build.LOOPS_DIAGONAL, fill=1.0, check=False)
     ptr, col, _, _ = build.adjacency_csr(ei, None, 50, dtype=torch.float32, loops=build.LOOPS_DIAGONAL, fill=1.0)
     with pytest.raises(MemoryError):
         build.csr_to_csc(ptr, col, 2**42)
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: build.coo_to_csr(torch.tensor([0, 10**6]), torch.tensor([0, 1]), torch.ones(2), 2, coalesce=False), ValueError, r"row must lie in \[0, 2\), found 1000000"),
+    (lambda: build.coo_to_csr(torch.tensor([0, -5]), torch.tensor([0, 1]), None, 2, coalesce=True), ValueError, "row must lie in .* found -5"),
+    (lambda: build.coo_to_csr(torch.tensor([0, 1]), torch.tensor([0, -1]), None, 2, coalesce=True), ValueError, "col must be non-negative"),
+    (lambda: build.coo_to_csr(torch.tensor([0, 1]), torch.tensor([0]), None, 2, coalesce=True), ValueError, "one value per entry"),
+    (lambda: build.coo_to_csr(torch.tensor([0.0]), torch.tensor([0]), None, 2, coalesce=True), TypeError, "row must be a 1-D integer"),
+    (lambda: build.csr_to_csc(torch.tensor([0, 1, 2]), torch.tensor([0, 10**6]), 2), ValueError, r"col must lie in \[0, 2\)"),
+    (lambda: build.csr_to_csc(torch.tensor([0, 2, 1]), torch.tensor([0, 1]), 2), ValueError, "rowptr must be non-decreasing"),
+    (lambda: build.adjacency_csr(torch.tensor([[0, 10**6], [0, 1]]), None, 2, dtype=torch.float32, loops=build.LOOPS_KEEP), ValueError, "node id 1000000"),
+    (lambda: build.adjacency_csr(torch.tensor([[0, -3], [0, 1]]), None, 2, dtype=torch.float32, loops=build.LOOPS_KEEP, sort=False, coalesce=False, transposed=True), ValueError, "negative node id"),
+    (lambda: build.adjacency_csr(torch.tensor([[0, 1], [0, 1]]), torch.ones(3), 2, dtype=torch.float32, loops=build.LOOPS_KEEP), ValueError, "edge_weight must have shape"),
+    (lambda: build.adjacency_csr(torch.tensor([[0, 1], [0, 1]]), None, 2, dtype=torch.float16, loops=build.LOOPS_KEEP), TypeError, "dtype must be torch.float32"),
+    (lambda: build.adjacency_csr(torch.tensor([[0, 1], [0, 1]]), None, 2, dtype=torch.float32, loops=7), ValueError, "loops must be one of"),
+])
+def test_the_build_functions_check_their_arguments(call, exc, match):
+    """The public builders of :mod:`corgnn.sparse.build` refuse ids outside their range
+    (their kernels index arrays by them: a bad id crashed the process) and malformed
+    arguments, naming the argument, before any kernel runs."""
+    with pytest.raises(exc, match=match):
+        call()
 
 
 def test_kernel_allocation_is_np_empty_in_shape_dtype_and_errors():

@@ -326,7 +326,7 @@ class Graph:
         n = self.num_nodes
         transposed = torch.is_grad_enabled()
         out = build.adjacency_csr(
-            self._edges(), edge_weight, n, dtype=dtype, loops=loops, fill=fill, norm=norm, coalesce=False, sort=False, transposed=transposed,
+            self._edges(), edge_weight, n, dtype=dtype, loops=loops, fill=fill, norm=norm, coalesce=False, sort=False, transposed=transposed, check=False,
         )
         csr = CSR(out[0], out[1], out[2] if values else None, (n, n), check=False)
         if transposed:

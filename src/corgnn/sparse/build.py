@@ -32,9 +32,11 @@ import numpy as np
 import torch
 from numba import njit
 
+from .._validate import check_edge_index, check_edge_weight
 from .backends.numba_kernels import empty_array
 from .backends.numba_threads import load_target
 from .backends.numba_warmup import cold_reason
+from .formats import index_stats, validate_compressed
 
 __all__ = ["coo_to_csr", "adjacency_csr", "csr_to_csc", "LOOPS_KEEP", "LOOPS_REMAINING", "LOOPS_DIAGONAL", "LOOPS_REPLACE",
            "NORM_NONE", "NORM_SYMMETRIC", "NORM_MEAN", "supported"]
@@ -229,15 +231,24 @@ def _coo_to_csr_kernel(row, col, val, has_val, n, coalesce):
     return rowptr, out_col, out_val, entry
 
 
-def coo_to_csr(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n: int, *, coalesce: bool):
+def coo_to_csr(row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n: int, *, coalesce: bool, check: bool = True):
     """``(rowptr (n+1,), col (nnz,), val (nnz,) or None, entry (q,))`` of the CSR of the
     COO entries ``row, col (q,)`` int64 (CPU, values float32/float64 or None).
 
     Entries sorted by row, then column, stably; ``coalesce`` sums duplicates (a
     pattern, ``val=None``, stays a pattern: the caller handles multiplicities).
     ``entry[e]``: CSR position of input entry ``e``. O(q + n) (rows longer than 32
-    entries are sorted by a merge sort). No validation: ``0 <= row < n``.
+    entries are sorted by a merge sort).
+
+    ``check`` (default True) reads the arrays first: ``row`` in ``[0, n)``, ``col``
+    non-negative, matching lengths; ``check=False`` is for the library's own callers,
+    whose formats validated them.
+
+    Raises:
+        TypeError / ValueError: with ``check``, an argument of another type, shape or range.
     """
+    if check:
+        _check_entries("coo_to_csr", row, col, val, n)
     load_target()
     has_val = val is not None
     v = val.detach().contiguous().numpy() if has_val else np.empty(0, dtype=np.float32)
@@ -368,6 +379,7 @@ def _adjacency_sorted_kernel(src, dst, w, has_w, n, loops, fill, norm, coalesce,
 def adjacency_csr(
     edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int, *, dtype: torch.dtype,
     loops: int, fill: float = 1.0, norm: int = NORM_NONE, coalesce: bool = True, sort: bool = True, transposed: bool = False,
+    check: bool = True,
 ):
     """A propagation matrix of ``edge_index (2, q)`` (row 0 = source, row 1 = target)
     as CSR arrays, in one pass: ``(rowptr (n+1,), col (nnz,), val (nnz,) dtype, entry
@@ -394,9 +406,21 @@ def adjacency_csr(
     position of edge ``e`` (-1 for a self-loop dropped by ``LOOPS_REMAINING`` /
     ``LOOPS_REPLACE``), ``entry[q + v]`` that of node ``v``'s appended loop.
 
-    CPU, ``dtype`` float32/float64 (:func:`supported`); no validation (ids in
-    range: the caller's :class:`corgnn.Graph` checked them).
+    CPU, ``dtype`` float32/float64 (:func:`supported`). ``check`` (default True)
+    validates ``edge_index`` (ids in ``[0, num_nodes)``), ``edge_weight``, ``dtype``,
+    ``loops`` and ``norm`` first; ``check=False`` is for :class:`corgnn.Graph`, which
+    checked them when it was made.
+
+    Raises:
+        TypeError / ValueError: with ``check``, an argument of another type, shape or range.
     """
+    if check:
+        check_edge_index(edge_index, num_nodes)
+        check_edge_weight(edge_weight, edge_index.size(1))
+        if dtype not in _NUMBA_DTYPES:
+            raise TypeError(f"adjacency_csr: dtype must be torch.float32 or torch.float64, got {dtype}")
+        if loops not in (LOOPS_KEEP, LOOPS_REMAINING, LOOPS_DIAGONAL, LOOPS_REPLACE) or norm not in (NORM_NONE, NORM_SYMMETRIC, NORM_MEAN):
+            raise ValueError(f"adjacency_csr: loops must be one of the LOOPS_* and norm one of the NORM_* constants, got loops={loops!r}, norm={norm!r}")
     load_target()
     ei = edge_index.contiguous().numpy()
     w = edge_weight.detach().to(dtype).contiguous().numpy() if edge_weight is not None else np.empty(0, dtype=_np_dtype(dtype))
@@ -420,10 +444,38 @@ def _np_dtype(dtype: torch.dtype):
     return np.float32 if dtype == torch.float32 else np.float64
 
 
-def csr_to_csc(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int):
+def csr_to_csc(rowptr: torch.Tensor, col: torch.Tensor, num_cols: int, *, check: bool = True):
     """``(colptr (m+1,), row (nnz,), perm (nnz,))`` int64 of the CSC of a CSR pattern
     (CPU): column-major, rows ascending within a column; ``perm[t]`` the CSR position
-    of CSC entry ``t``. One counting sort, O(nnz + n + m)."""
+    of CSC entry ``t``. One counting sort, O(nnz + n + m).
+
+    ``check`` (default True) validates the pattern first as the CSR constructor does
+    (``rowptr`` from 0 to ``nnz``, non-decreasing; ``col`` in ``[0, num_cols)``);
+    ``check=False`` is for a CSR's own arrays, checked when it was made.
+
+    Raises:
+        TypeError / ValueError: with ``check``, an argument of another type, shape or range.
+    """
+    if check:
+        validate_compressed(rowptr, col, (rowptr.numel() - 1, num_cols), "csr_to_csc", "rowptr", "col", check=True)
     load_target()
     colptr, row, perm = _csr_to_csc_kernel(rowptr.contiguous().numpy(), col.contiguous().numpy(), num_cols)
     return torch.from_numpy(colptr), torch.from_numpy(row), torch.from_numpy(perm)
+
+
+def _check_entries(what: str, row: torch.Tensor, col: torch.Tensor, val: torch.Tensor | None, n: int) -> None:
+    """:func:`coo_to_csr`'s checks: integer ``row, col (q,)``, ``val`` None or ``(q,)``,
+    ``row`` in ``[0, n)``, ``col`` non-negative (its kernel indexes by ``row`` only)."""
+    for name, t in (("row", row), ("col", col)):
+        if not isinstance(t, torch.Tensor) or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or t.dim() != 1:
+            raise TypeError(f"{what}: {name} must be a 1-D integer tensor, got {getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+    if col.numel() != row.numel() or (val is not None and tuple(val.shape) != (row.numel(),)):
+        raise ValueError(f"{what}: row, col and val must hold one value per entry, got {row.numel()}, {col.numel()}, {None if val is None else tuple(val.shape)}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{what}: n must be a non-negative int, got {n!r}")
+    if row.numel():
+        lo, hi, low_col = index_stats(*torch.aminmax(row), col.min())
+        if lo < 0 or hi >= n:
+            raise ValueError(f"{what}: row must lie in [0, {n}), found {lo if lo < 0 else hi}")
+        if low_col < 0:
+            raise ValueError(f"{what}: col must be non-negative, found {low_col}")

@@ -499,7 +499,7 @@ class CSR(SparseFormat):
 
             counts = coalesce and val is None  # (a coalesced pattern holds multiplicities)
             v = torch.ones(row.numel(), dtype=torch.get_default_dtype()) if counts else val
-            ptr, c, v, entry = coo_to_csr(row.long(), col.long(), v, n, coalesce=coalesce)
+            ptr, c, v, entry = coo_to_csr(row.long(), col.long(), v, n, coalesce=coalesce, check=False)
             if counts and c.numel() == row.numel():
                 v = None  # no duplicates: still a pattern
             elif val is not None and val.requires_grad and torch.is_grad_enabled():
@@ -597,7 +597,7 @@ class CSR(SparseFormat):
         if _build_supported(self.device, None):  # one counting sort on the column, O(nnz)
             from .build import csr_to_csc
 
-            return csr_to_csc(self.rowptr, self.col, m)
+            return csr_to_csc(self.rowptr, self.col, m, check=False)
         key = self.col * max(n, 1) + self.row()
         perm = torch.argsort(key, stable=True)
         return ptr_from_sorted(self.col[perm], m), self.row()[perm], perm
