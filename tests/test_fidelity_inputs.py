@@ -199,6 +199,18 @@ def test_sparse_adjacency_errors_name_the_problem():
     with pytest.raises(TypeError, match="sparse"):
         Graph(a)
     assert Graph.from_sparse(a).num_nodes == n
+    # torch checks a sparse tensor's invariants only when asked: a malformed one is named here
+    ones = torch.ones(2, dtype=F64)
+    for crow, col, match in (
+        ([0, 2, 1], [0, 1], "crow_indices must be non-decreasing"),
+        ([1, 1, 2], [0, 1], "crow_indices must start at 0"),
+        ([0, 1, 2], [0, n + 5], r"col_indices must lie in \[0, "),
+    ):
+        bad = torch.sparse_csr_tensor(torch.tensor(crow + [2] * (n - 2)), torch.tensor(col), ones, (n, n))
+        with pytest.raises(ValueError, match=match):
+            gcn(x, bad)
+    with pytest.raises(ValueError, match=f"node id {n + 5} but num_nodes={n}"):
+        gcn(x, torch.sparse_coo_tensor(torch.tensor([[0, n + 5], [1, 2]]), ones, (n, n)))
 
 
 def test_optimized_pyg_model_takes_sparse_adjacency():

@@ -7,7 +7,7 @@ import torch
 from ._cache import SharedCache, Uncopied, tensor_state
 from ._validate import check_edge_index, check_edge_weight
 from .sparse import build
-from .sparse.formats import CSR, SparseFormat
+from .sparse.formats import CSR, SparseFormat, validate_compressed
 from .sparse.registry import convert
 
 __all__ = [
@@ -74,6 +74,8 @@ def sparse_adjacency_entries(adj) -> tuple[str, torch.Tensor, torch.Tensor, torc
         return "torch", row.long(), col.long(), value, shape
     if adj.layout == torch.sparse_csr:
         crow = adj.crow_indices().long()
+        # (torch does not check a CSR tensor's invariants unless asked: its row pointer is read here)
+        validate_compressed(crow, adj.col_indices(), shape, "sparse adjacency (torch.sparse_csr)", "crow_indices", "col_indices", check=True)
         row = torch.repeat_interleave(torch.arange(shape[0], device=crow.device), crow[1:] - crow[:-1])
         return "torch", row, adj.col_indices().long(), adj.values(), shape
     raise ValueError(
