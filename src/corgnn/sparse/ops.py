@@ -148,10 +148,11 @@ def _launch_key(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, tran
     their version checked on a hit), or None where none is kept: values other than
     ``A``'s own (per-call values: an attention, an explain mask), a 3-D ``B``,
     ``torch.compile`` tracing. ``B`` is on ``A``'s device; the thread count sets the
-    row plan's task split, the dispatch token the backend."""
+    row plan's task split, the dispatch token the backend; ``A``'s pattern without its
+    values (``val`` None) has a launcher of its own."""
     if B.dim() != 2 or (val is not None and val is not A.val) or torch.compiler.is_compiling():
         return None
-    return ("launch", transpose, B.dtype, B.size(1), torch.get_num_threads(), dispatch_token())
+    return ("launch", transpose, val is None, B.dtype, B.size(1), torch.get_num_threads(), dispatch_token())
 
 
 def _NO_VALUES():
