@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from ._cache import SharedCache, Uncopied, tensor_state
-from ._validate import check_edge_index, check_edge_weight
+from ._validate import check_edge_index, check_edge_weight, validate_compressed
 from .sparse import build
-from .sparse.formats import CSR, SparseFormat, validate_compressed
+from .sparse.formats import CSR, SparseFormat
 from .sparse.registry import convert
 
 __all__ = [

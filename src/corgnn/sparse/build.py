@@ -32,11 +32,10 @@ import numpy as np
 import torch
 from numba import njit
 
-from .._validate import check_edge_index, check_edge_weight
+from .._validate import check_edge_index, check_edge_weight, index_stats, validate_compressed
 from .backends.numba_kernels import empty_array
 from .backends.numba_threads import load_target
 from .backends.numba_warmup import cold_reason
-from .formats import index_stats, validate_compressed
 
 __all__ = ["coo_to_csr", "adjacency_csr", "csr_to_csc", "LOOPS_KEEP", "LOOPS_REMAINING", "LOOPS_DIAGONAL", "LOOPS_REPLACE",
            "NORM_NONE", "NORM_SYMMETRIC", "NORM_MEAN", "supported"]

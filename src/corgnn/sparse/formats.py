@@ -19,10 +19,13 @@ versa (:meth:`CSR.t`, :meth:`CSC.t`).
 
 from __future__ import annotations
 
-import operator
 from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 import torch
+
+from .._validate import (
+    can_read, check_index, check_ptr, check_range, check_shape, check_sorted, index_stats, min_max, ptr_terms, validate_compressed, validate_coo,
+)
 
 __all__ = ["SparseFormat", "COO", "CSR", "CSC", "nbytes_of", "ptr_from_sorted", "check_values", "check_shape", "check_index", "index_stats", "VALIDATION_DOC"]
 
@@ -41,119 +44,11 @@ def nbytes_of(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
-def check_shape(shape, what: str) -> tuple[int, int]:
-    """``shape`` as an ``(n, m)`` tuple of non-negative ints (symbolic sizes kept
-    while ``torch.compile`` traces).
-
-    Raises:
-        TypeError: not a pair of ints.
-        ValueError: a negative size.
-    """
-    if torch.compiler.is_compiling():  # symbolic sizes while tracing (the traced paths build their arrays in the library)
-        return tuple(shape)
-    try:
-        n, m = shape
-    except (TypeError, ValueError):
-        raise TypeError(f"{what}: shape must be a pair (n, m) of ints, got {shape!r}") from None
-    if any(isinstance(d, torch.SymInt) for d in (n, m)):
-        return (n, m)
-    if any(isinstance(d, bool) or not hasattr(d, "__index__") for d in (n, m)):
-        raise TypeError(f"{what}: shape must be a pair (n, m) of ints, got {shape!r}")
-    n, m = operator.index(n), operator.index(m)
-    if n < 0 or m < 0:
-        raise ValueError(f"{what}: shape must be non-negative, got {(n, m)}")
-    return (n, m)
-
-
-def check_index(t, name: str, what: str, *, dim: int = 1, dtype: torch.dtype = torch.long, device=None) -> None:
-    """Structural checks of one index tensor: a tensor of ``dtype`` with ``dim``
-    dimensions (on ``device`` when given).
-
-    Raises:
-        TypeError: not a tensor, or another dtype.
-        ValueError: another number of dimensions, or another device.
-    """
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{what}: {name} must be a {dtype} tensor, got {type(t).__name__}")
-    if t.dtype != dtype:
-        raise TypeError(f"{what}: {name} must have dtype {dtype}, got {t.dtype}")
-    if t.dim() != dim:
-        raise ValueError(f"{what}: {name} must be {dim}-D, got shape {tuple(t.shape)}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{what}: {name} is on {t.device} but the other index arrays are on {device}")
-
-
 def _build_supported(device: torch.device, dtype: torch.dtype | None) -> bool:
     """Whether the O(q) Numba builds (:mod:`corgnn.sparse.build`) run here now."""
     from .build import supported
 
     return supported(device, dtype)
-
-
-def _can_read(*tensors) -> bool:
-    """Whether the tensors hold data that may be read (not fake / meta under tracing)."""
-    return not torch.compiler.is_compiling() and all(t.device.type != "meta" for t in tensors)
-
-
-def index_stats(*terms: torch.Tensor) -> list:
-    """The 0-d tensors ``terms`` read to the host in one transfer (one sync)."""
-    if not terms:
-        return []
-    return torch.stack([t.reshape(()).to(torch.long) for t in terms]).tolist()
-
-
-def _min_max(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    if t.numel() == 0:  # (0, -1): inside every range
-        return torch.zeros((), dtype=torch.long, device=t.device), torch.full((), -1, dtype=torch.long, device=t.device)
-    lo, hi = torch.aminmax(t)
-    return lo, hi
-
-
-def _ptr_terms(ptr: torch.Tensor) -> list[torch.Tensor]:
-    """``[ptr[0], ptr[-1], number of decreasing steps]``."""
-    return [ptr[0], ptr[-1], (ptr[1:] < ptr[:-1]).sum()]
-
-
-def _check_ptr(stats, name: str, what: str, nnz: int, idx_name: str) -> None:
-    first, last, drops = stats
-    if first != 0:
-        raise ValueError(f"{what}: {name} must start at 0, got {first}")
-    if drops:
-        raise ValueError(f"{what}: {name} must be non-decreasing ({drops} decreasing step(s))")
-    if last != nnz:
-        raise ValueError(f"{what}: {name} must end at nnz = len({idx_name}) = {nnz}, got {last}")
-
-
-def _check_range(stats, name: str, what: str, size: int, low: int = 0) -> None:
-    lo, hi = stats
-    if lo < low or hi >= size:
-        bad = lo if lo < low else hi
-        raise ValueError(f"{what}: {name} must lie in [{low}, {size}), found {bad}")
-
-
-def _check_sorted(drops: int, name: str, what: str) -> None:
-    if drops:
-        raise ValueError(f"{what}: {name} must be sorted (non-decreasing) for a row-sorted format ({drops} decreasing step(s))")
-
-
-def validate_compressed(ptr, idx, shape, what: str, ptr_name: str, idx_name: str, *, check: bool) -> tuple[int, int]:
-    """Checks of a compressed pair (``ptr (n+1,)``, ``idx (nnz,)`` in ``[0, m)``) with
-    ``(n, m) = shape`` (CSR: rows; CSC passes the transposed shape). Returns the shape.
-
-    Raises:
-        TypeError / ValueError: as described in :data:`VALIDATION_DOC`.
-    """
-    shape = check_shape(shape, what)
-    check_index(ptr, ptr_name, what)
-    check_index(idx, idx_name, what, device=ptr.device)
-    n, m = shape
-    if ptr.numel() != n + 1:
-        raise ValueError(f"{what}: {ptr_name} must have shape ({n + 1},) for {n} compressed rows, got {tuple(ptr.shape)}")
-    if check and _can_read(ptr, idx):
-        s = index_stats(*_ptr_terms(ptr), *_min_max(idx))
-        _check_ptr(s[:3], ptr_name, what, idx.numel(), idx_name)
-        _check_range(s[3:], idx_name, what, m)
-    return shape
 
 
 def ptr_from_sorted(index: torch.Tensor, size: int) -> torch.Tensor:
@@ -180,30 +75,6 @@ def check_values(val, nnz: int, what: str) -> None:
         raise TypeError(f"{what}: values must be a floating tensor, got {getattr(val, 'dtype', type(val))}")
     if val.dim() not in (1, 2) or val.size(0) != nnz:
         raise ValueError(f"{what}: values must have shape ({nnz},) or ({nnz}, heads), got {tuple(val.shape)}")
-
-
-def validate_coo(row, col, shape, what: str, *, check: bool, sorted_rows: bool = False) -> tuple[int, int]:
-    """Checks of coordinate arrays ``row (nnz,)`` in ``[0, n)`` and ``col (nnz,)`` in
-    ``[0, m)`` (and, with ``sorted_rows``, ``row`` non-decreasing). Returns the shape.
-
-    Raises:
-        TypeError / ValueError: as described in :data:`VALIDATION_DOC`.
-    """
-    shape = check_shape(shape, what)
-    check_index(row, "row", what)
-    check_index(col, "col", what, device=row.device)
-    if row.shape != col.shape:
-        raise ValueError(f"{what}: row and col must have equal length, got {tuple(row.shape)} and {tuple(col.shape)}")
-    if check and _can_read(row, col):
-        terms = [*_min_max(row), *_min_max(col)]
-        if sorted_rows:
-            terms.append((row[1:] < row[:-1]).sum())
-        s = index_stats(*terms)
-        _check_range(s[0:2], "row", what, shape[0])
-        _check_range(s[2:4], "col", what, shape[1])
-        if sorted_rows:
-            _check_sorted(s[4], "row", what)
-    return shape
 
 
 def cache_entry(val: torch.Tensor | None, item) -> tuple:
@@ -318,16 +189,16 @@ class SparseFormat:
             check_index(perm, "perm", what, device=ptr.device)
             if perm.shape != idx.shape:
                 raise ValueError(f"{what}: perm must have idx's shape {tuple(idx.shape)}, got {tuple(perm.shape)}")
-        if check and _can_read(ptr, idx):
+        if check and can_read(ptr, idx):
             q = self.nnz
             if idx.numel() < q:
                 raise ValueError(f"{what}: idx must hold at least nnz = {q} entries, got {idx.numel()}")
             walked = [idx[:q]] + ([] if perm is None else [perm[:q]])
-            s = index_stats(*_ptr_terms(ptr), *(m for t in walked for m in _min_max(t)))
-            _check_ptr(s[:3], "ptr", what, q, "the matrix's entries")
-            _check_range(s[3:5], "idx", what, cols)
+            s = index_stats(*ptr_terms(ptr), *(m for t in walked for m in min_max(t)))
+            check_ptr(s[:3], "ptr", what, q, "the matrix's entries")
+            check_range(s[3:5], "idx", what, cols)
             if perm is not None:
-                _check_range(s[5:7], "perm", what, q)
+                check_range(s[5:7], "perm", what, q)
         self._plans[bool(transpose)] = (ptr, idx, perm)
 
     def spmm_kernel(self, val: torch.Tensor | None, transpose: bool):
@@ -665,8 +536,8 @@ class CSC(SparseFormat):
             check_index(self.perm, "perm", "CSC", device=self.row.device)
             if self.perm.numel() != self.row.numel():
                 raise ValueError(f"CSC: perm must have shape ({self.row.numel()},), got {tuple(self.perm.shape)}")
-            if check and _can_read(self.perm):
-                _check_range(index_stats(*_min_max(self.perm)), "perm", "CSC", self.row.numel())
+            if check and can_read(self.perm):
+                check_range(index_stats(*min_max(self.perm)), "perm", "CSC", self.row.numel())
 
     @property
     def nnz(self) -> int:
