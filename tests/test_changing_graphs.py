@@ -512,17 +512,21 @@ def test_changing_learnable_edge_weights_reuse_one_pattern():
 # --------------------------------------------------- inference_mode, clear_caches
 
 
+def _pyg_and_optimized(make):
+    """``(PyG's module from make(), its optimize()d copy, edge_index, n, x (n, 8))``, seeded."""
+    torch.manual_seed(0)
+    ref = make()
+    ei, n = make_graph()
+    return ref, corgnn.optimize(copy.deepcopy(ref)), ei, n, torch.randn(n, 8)
+
+
 @pytest.mark.parametrize("make", [
     lambda: torch.nn.ModuleList([PygGCNConv(8, 4)]),
     lambda: torch.nn.ModuleList([PygGINConv(torch.nn.Linear(8, 4))]),
 ])
 def test_inference_mode_then_training_on_the_same_tensors(make):
     """Lightning validates under inference_mode and then trains on the same graph."""
-    torch.manual_seed(0)
-    ref = make()
-    ours = corgnn.optimize(copy.deepcopy(ref))
-    ei, n = make_graph()
-    x = torch.randn(n, 8)
+    ref, ours, ei, n, x = _pyg_and_optimized(make)
     with torch.inference_mode():
         xi, ei_i = torch.randn(n, 8), ei.clone()  # inference tensors
         torch.testing.assert_close(ours[0](xi, ei_i), ref[0](xi, ei_i))
@@ -542,11 +546,7 @@ def test_a_sparse_adjacency_made_under_inference_mode(make, layout):
     """A ``torch.sparse`` ``adj_t`` made inside ``torch.inference_mode`` (an inference
     tensor: no version counter) is a graph like any: the same outputs as PyG's, twice
     (the second call from the cached graph)."""
-    torch.manual_seed(0)
-    ref = make()
-    ours = corgnn.optimize(copy.deepcopy(ref))
-    ei, n = make_graph()
-    x = torch.randn(n, 8)
+    ref, ours, ei, n, x = _pyg_and_optimized(make)
     with torch.inference_mode():
         adj = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1)), (n, n)).coalesce()
         adj = adj.to_sparse_csr() if layout == "csr" else adj
