@@ -7,7 +7,7 @@ import torch
 from ._cache import SharedCache, Uncopied, tensor_state
 from ._validate import check_edge_index, check_edge_weight, validate_compressed
 from .sparse import build
-from .sparse.formats import CSR, SparseFormat
+from .sparse.formats import CSR, SparseFormat, values_version
 from .sparse.registry import convert
 
 __all__ = [
@@ -97,14 +97,9 @@ def _sparse_state(adj) -> tuple:
     elif adj.layout == torch.sparse_csr:
         parts = (adj.crow_indices(), adj.col_indices(), adj.values())
     else:
-        return (_sparse_version(adj), tuple(adj.shape), adj.layout)
-    return (_sparse_version(adj), tuple(adj.shape), adj.layout) + tuple(tensor_state(t) for t in parts)
+        return (values_version(adj), tuple(adj.shape), adj.layout)
+    return (values_version(adj), tuple(adj.shape), adj.layout) + tuple(tensor_state(t) for t in parts)
 
-
-def _sparse_version(adj: torch.Tensor) -> int | None:
-    """``adj``'s version counter; None for an inference tensor (one made under
-    ``torch.inference_mode``, which has none: its arrays' states key it then)."""
-    return None if adj.is_inference() else adj._version
 
 
 def _with_loops(edge_index: torch.Tensor, weight: torch.Tensor | None, fill: float, num_nodes: int, replace: bool):

@@ -41,7 +41,8 @@ from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 import torch
 
-from .formats import COO, CSR, SparseFormat, cache_entry, cached_for, check_index, check_shape, check_values, index_stats, nbytes_of, ptr_from_sorted
+from .._validate import check_index, check_shape, index_stats
+from .formats import COO, CSR, SparseFormat, cache_entry, cached_for, check_values, nbytes_of, ptr_from_sorted
 
 __all__ = ["ELL", "Hybrid", "hybrid_threshold", "HYBRID_PERCENTILE"]
 

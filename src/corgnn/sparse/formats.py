@@ -95,7 +95,7 @@ def cached_for(entry: tuple | None, val: torch.Tensor | None):
 
 def values_version(val: torch.Tensor | None) -> int | None:
     """``val``'s in-place version counter (None: no values, or an inference tensor,
-    which has none and cannot be written)."""
+    which has none and cannot be written). Any tensor: a torch.sparse adjacency's too."""
     return None if val is None or val.is_inference() else val._version
 
 
