@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
     commands = [
         ("spmm", "SpMM/SDDMM of every sparse format vs torch.sparse and PyG scatter", spmm.add_arguments, spmm.run),
         ("distributed", "halo bytes and epoch time of partitioned GCN training, 1..N local processes", distributed.add_arguments, distributed.run),
-        ("clients", "PyG's examples/gcn.py and gat.py on Cora with and without optimize()", clients.add_arguments, clients.run),
+        ("clients", "PyG's examples/gcn.py and gat.py on Cora and mutag_gin.py on a MUTAG stand-in, with and without optimize()", clients.add_arguments, clients.run),
         ("gpu", "the whole GPU evaluation (tests, spmm, GCN and GAT vs PyG on CUDA) into benchmarks/results/<gpu>-<date>", gpu.add_arguments, gpu.run),
         ("gpu-check", "corgnn's layers vs PyG's on one device (every GCN scheme, GAT cache and format, SAGE/GraphConv/GIN/SGC/APPNP): outputs and gradients", gpu_check.add_arguments, gpu_check.run),
         ("triton-aot", "compile every Triton kernel specialization for sm_80/sm_90 (no GPU needed): registers, spills, shared memory", triton_aot.add_arguments, triton_aot.run),

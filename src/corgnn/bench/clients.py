@@ -1,7 +1,8 @@
 """``corgnn bench clients``: PyG's own example scripts with one added ``optimize`` line.
 
-PyG's ``examples/gcn.py`` and ``examples/gat.py`` (Cora, default arguments) are
-reproduced here as a new user runs them: the same model classes (written after the
+PyG's ``examples/gcn.py``, ``examples/gat.py`` (Cora) and ``examples/mutag_gin.py``
+(graph classification in mini-batches; default arguments) are reproduced here as a
+new user runs them: the same model classes (written after the
 scripts, not imported: they run at import time), the same dropout placement, the
 ``NormalizeFeatures`` transform, the same optimizer and parameter groups, and the
 same epoch (``train()`` then ``test()``: one training step, one evaluation forward
@@ -12,6 +13,14 @@ under ``torch.no_grad()`` with the accuracies of the three masks).
 * ``gat.py``: ``F.dropout(x, 0.6) -> elu(GATConv(m, 8, heads=8, dropout=0.6)) ->
   F.dropout(0.6) -> GATConv(64, c, heads=1, concat=False, dropout=0.6)``,
   ``Adam(lr=0.005, weight_decay=5e-4)``, cross entropy.
+* ``mutag_gin.py``: 5 x ``GINConv(MLP([in, 32, 32]))`` (PyG's ``MLP``: Linear,
+  BatchNorm, ReLU, Linear) + ReLU, ``global_add_pool``, ``MLP([32, 32, c],
+  norm=None, dropout=0.5)``, ``Adam(lr=0.01)``; an epoch trains on a shuffled
+  ``DataLoader(batch_size=128)`` of 90 % of the graphs and evaluates the training
+  and test loaders (every batch a new ``Batch``, so a new ``edge_index`` per call:
+  issue 21). MUTAG itself is not in the shared datasets: :func:`mutag_standin` is
+  a seeded stand-in with MUTAG's shape (188 graphs of 10-28 nodes, ~1.1 undirected
+  edges per node, 7 one-hot node features, 2 classes).
 
 Variants, each its own model built from the same seed: ``pyg`` (the script as
 published), ``optimize`` (one ``model = corgnn.optimize(model)`` line before the
@@ -36,7 +45,7 @@ import torch.nn.functional as F
 
 __all__ = ["add_arguments", "run", "SCRIPTS", "VARIANTS", "build_client", "measure"]
 
-SCRIPTS = ("gcn", "gat")
+SCRIPTS = ("gcn", "gat", "mutag_gin")
 VARIANTS = ("pyg", "optimize", "optimize-no-rewrite")
 
 
@@ -74,6 +83,46 @@ class ExampleGAT(torch.nn.Module):
         return self.conv2(x, edge_index)
 
 
+class ExampleGIN(torch.nn.Module):
+    """The model class of PyG's ``examples/mutag_gin.py``."""
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_layers: int):
+        from torch_geometric.nn import MLP, GINConv
+
+        super().__init__()
+        self.convs = torch.nn.ModuleList()
+        for _ in range(num_layers):
+            self.convs.append(GINConv(nn=MLP([in_channels, hidden_channels, hidden_channels]), train_eps=False))
+            in_channels = hidden_channels
+        self.mlp = MLP([hidden_channels, hidden_channels, out_channels], norm=None, dropout=0.5)
+
+    def forward(self, x, edge_index, batch):
+        from torch_geometric.nn import global_add_pool
+
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+        return self.mlp(global_add_pool(x, batch))
+
+
+def mutag_standin(seed: int = 0) -> tuple[list, list]:
+    """``(train, test)`` lists of ``torch_geometric.data.Data``: 188 seeded graphs with
+    MUTAG's shape (10-28 nodes, ``int(1.1 n)`` random node pairs symmetrised, node
+    features one-hot over 7 atom types, label in {0, 1}; :func:`corgnn.bench.workloads.random_molecules`),
+    shuffled and split as ``mutag_gin.py`` splits the dataset (the first 10 % for testing)."""
+    from .workloads import random_molecules
+
+    graphs = random_molecules(188, seed, min_nodes=10, max_nodes=29, degree=1.1, features=7)
+    for d in graphs:  # (MUTAG's features are one-hot atom types)
+        d.x = F.one_hot(d.x.argmax(1), 7).to(torch.float32)
+    return graphs[len(graphs) // 10:], graphs[: len(graphs) // 10]
+
+
+def load_data(script: str):
+    """The data ``script`` reads: Cora (:func:`load_cora`) for ``gcn`` and ``gat``, the
+    MUTAG stand-in (:func:`mutag_standin`) for ``mutag_gin``."""
+    return mutag_standin() if script == "mutag_gin" else load_cora()
+
+
 def load_cora():
     """Cora as the scripts see it: ``Planetoid(..., transform=NormalizeFeatures())[0]``
     (read in place from the shared dataset folder)."""
@@ -85,14 +134,17 @@ def load_cora():
 
 
 def build_client(script: str, variant: str, data, seed: int = 0):
-    """``(model, optimizer, epoch)`` of ``script`` (``"gcn"`` | ``"gat"``) in ``variant``
-    (one of :data:`VARIANTS`); ``epoch()`` runs the script's ``train()`` then ``test()``
-    and returns ``(loss, [train, val, test accuracy])``."""
+    """``(model, optimizer, epoch)`` of ``script`` (one of :data:`SCRIPTS`) in ``variant``
+    (one of :data:`VARIANTS`) on ``data`` (:func:`load_data`); ``epoch()`` runs the
+    script's ``train()`` then ``test()`` and returns ``(loss, accuracies)``: ``[train,
+    val, test]`` for the Cora scripts, ``[train, test]`` for ``mutag_gin``."""
     from ..interop import optimize
 
     if script not in SCRIPTS or variant not in VARIANTS:
         raise ValueError(f"script must be one of {SCRIPTS} and variant one of {VARIANTS}, got {script!r}, {variant!r}")
     torch.manual_seed(seed)
+    if script == "mutag_gin":
+        return _gin_client(variant, *data, seed)
     c = int(data.y.max()) + 1
     if script == "gcn":
         model = ExampleGCN(data.num_features, 16, c)
@@ -122,6 +174,40 @@ def build_client(script: str, variant: str, data, seed: int = 0):
             pred = model(*inputs).argmax(dim=-1)
             accs = [int((pred[m] == data.y[m]).sum()) / int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)]
         return float(loss.detach()), accs
+
+    return model, optimizer, epoch
+
+
+def _gin_client(variant: str, train_set: list, test_set: list, seed: int):
+    """:func:`build_client` of ``mutag_gin.py``: its loaders, model, optimizer and epoch."""
+    from torch_geometric.loader import DataLoader
+
+    from ..interop import optimize
+
+    model = ExampleGIN(train_set[0].num_features, 32, 2, 5)
+    if variant != "pyg":
+        model = optimize(model, sparse_input_dropout=variant == "optimize")
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    shuffle = torch.Generator().manual_seed(seed)  # (each variant draws the same batches)
+    train_loader = DataLoader(train_set, batch_size=128, shuffle=True, generator=shuffle)
+    test_loaders = (DataLoader(train_set, batch_size=128), DataLoader(test_set, batch_size=128))
+
+    def epoch():
+        model.train()
+        total = 0.0
+        for batch in train_loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(batch.x, batch.edge_index, batch.batch), batch.y)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * batch.num_graphs
+        accs = []
+        with torch.no_grad():
+            model.eval()
+            for loader in test_loaders:
+                correct = sum(int((model(b.x, b.edge_index, b.batch).argmax(-1) == b.y).sum()) for b in loader)
+                accs.append(correct / len(loader.dataset))
+        return total / len(train_set), accs
 
     return model, optimizer, epoch
 
@@ -164,7 +250,7 @@ def add_arguments(p) -> None:
 
 def _summary(results: dict, info: dict, args) -> str:
     lines = [
-        "# corgnn bench clients: PyG's examples/gcn.py and gat.py on Cora, CPU",
+        "# corgnn bench clients: PyG's examples/gcn.py and gat.py on Cora, mutag_gin.py on a MUTAG stand-in, CPU",
         "",
         f"{info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['torch_threads']} threads), PyG {info['pyg']}. "
         f"Epoch = train() + test(); median of {args.epochs} epochs per variant, one epoch of each variant in turn, "
@@ -187,8 +273,7 @@ def run(args) -> int:
 
         torch.set_num_threads(args.threads)
         numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
-    data = load_cora()
-    results = {s: measure(s, data, epochs=args.epochs, warmup=args.warmup) for s in args.scripts}
+    results = {s: measure(s, load_data(s), epochs=args.epochs, warmup=args.warmup) for s in args.scripts}
     info = machine_info("cpu")
     out = args.out or Path("benchmarks/results") / f"clients-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
