@@ -269,6 +269,27 @@ def test_kernel_allocation_is_np_empty_in_shape_dtype_and_errors():
             make(n, m)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_row_split_is_the_searchsorted_of_equal_work(seed):
+    """``split_rows`` (the kernels' parallel task bounds): bound ``t`` is the first row
+    whose ``entries + rows`` before it reach ``t / tasks`` of the total, as NumPy's
+    ``searchsorted`` gives it, on graphs with empty rows, one long row and one row."""
+    from corgnn.sparse.backends.numba_kernels import split_rows
+
+    rng = np.random.default_rng(seed)
+    for n in (1, 2, 7, 64, 257):
+        for deg in (rng.integers(0, 12, n), rng.integers(0, 12, n) * (rng.random(n) < 0.3), np.eye(1, n, n // 2, dtype=np.int64)[0] * 500):
+            ptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+            work = ptr + np.arange(n + 1)
+            for tasks in {1, 2, 3, 8, n}:
+                if tasks > n:
+                    continue
+                want = np.searchsorted(work, np.arange(tasks + 1) * (work[-1] / tasks), side="left")
+                want[0], want[-1] = 0, n
+                got = split_rows(ptr, tasks)
+                assert got.dtype == np.int64 and np.array_equal(got, want), (ptr, tasks, got, want)
+
+
 # ------------------------------------------------------------- the shared store
 
 

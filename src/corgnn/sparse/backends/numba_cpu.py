@@ -94,14 +94,10 @@ def _make_chunks(ptr: np.ndarray, threads: int) -> np.ndarray:
 def _split_rows(ptr: np.ndarray, tasks: int) -> np.ndarray:
     """Row bounds ``(tasks + 1,)`` of ``tasks`` parts of about equal ``entries + rows``."""
     n = ptr.shape[0] - 1
-    total = int(ptr[-1]) + n
     tasks = max(1, min(n, tasks))
     if tasks == 1:
         return np.array([0, n], dtype=np.int64)
-    work = ptr + np.arange(n + 1)  # entries + rows before each row, increasing
-    chunks = np.searchsorted(work, np.arange(tasks + 1) * (total / tasks), side="left").astype(np.int64)
-    chunks[0], chunks[-1] = 0, n
-    return chunks
+    return k.split_rows(ptr, tasks)
 
 
 def _walk(ptr, idx, perm) -> tuple:

@@ -51,6 +51,7 @@ from numba.extending import intrinsic
 
 
 __all__ = [
+    "split_rows",
     "spmm_rows",
     "spmm_rows_serial",
     "spmm_scatter_rows",
@@ -353,6 +354,32 @@ def exp_shifted(P, T, m, shift, tot):
                 v = math.exp(P[j, h] - shift[h])
                 P[j, h] = v
                 tot[h] += v
+
+
+@njit(cache=True, nogil=True)
+def split_rows(ptr, tasks):
+    """Row bounds ``(tasks + 1,)`` (``ptr``'s dtype) of ``tasks`` (``1 <= tasks <= n``) parts of
+    about equal ``entries + rows``: bound ``t`` is the first row ``i`` with
+    ``ptr[i] + i >= t * (ptr[n] + n) / tasks`` (``0`` and ``n`` at the ends), as a
+    ``searchsorted`` of those targets would give. ``ptr (n+1,)`` int64, non-decreasing.
+
+    NOTE (issue 21, measured in a 5-layer GIN's training loop on batches of 128 small
+    graphs, 2,452 rows): the NumPy form (eight array calls) took 23 us a row plan in
+    the loop (6 us back to back, its code and data cold in the loop), this one pass
+    7 us; a mini-batch makes two row plans per training step (``A`` and ``A^T``)."""
+    n = ptr.shape[0] - 1
+    step = (ptr[n] + n) / tasks
+    out = empty_array(tasks + 1, ptr)  # (not np.empty: that loads NumPy's overloads, ~0.2 s in a cold process)
+    out[0] = 0
+    t = 1
+    for i in range(n + 1):
+        w = ptr[i] + i
+        while t < tasks and w >= t * step:
+            out[t] = i
+            t += 1
+    for u in range(t, tasks + 1):
+        out[u] = n
+    return out
 
 
 @njit(inline="always")
