@@ -108,13 +108,15 @@ def mutag_standin(seed: int = 0) -> tuple[list, list]:
     """``(train, test)`` lists of ``torch_geometric.data.Data``: 188 seeded graphs with
     MUTAG's shape (10-28 nodes, ``int(1.1 n)`` random node pairs symmetrised, node
     features one-hot over 7 atom types, label in {0, 1}; :func:`corgnn.bench.workloads.random_molecules`),
-    shuffled and split as ``mutag_gin.py`` splits the dataset (the first 10 % for testing)."""
+    split as ``mutag_gin.py`` splits its shuffled dataset (``dataset[:0.9]`` for
+    training, the remaining 19 graphs for testing)."""
     from .workloads import random_molecules
 
     graphs = random_molecules(188, seed, min_nodes=10, max_nodes=29, degree=1.1, features=7)
     for d in graphs:  # (MUTAG's features are one-hot atom types)
         d.x = F.one_hot(d.x.argmax(1), 7).to(torch.float32)
-    return graphs[len(graphs) // 10:], graphs[: len(graphs) // 10]
+    cut = int(0.9 * len(graphs))
+    return graphs[:cut], graphs[cut:]
 
 
 def load_data(script: str):
