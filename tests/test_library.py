@@ -450,6 +450,11 @@ def test_spmm_binds_its_row_kernel_once_per_matrix_and_direction(fmt, monkeypatc
         torch.testing.assert_close(B.grad, D.t() @ G)
     own_kernel = A.spmm_kernel(A.val, False) is not None  # (ELL, hybrid: their own forward kernels)
     assert binds == [True] * (1 if own_kernel else 2)  # one per direction walked by rows (numba), then reused
+    for width in (1, 7, 33):  # (another width, with a bias: the same launcher)
+        B, G, b = (torch.randn(m, width, generator=g, dtype=F64), torch.randn(n, width, generator=g, dtype=F64), torch.randn(width, generator=g, dtype=F64))
+        torch.testing.assert_close(spmm(A, B, bias=b), D @ B + b)
+        torch.testing.assert_close(spmm(A, G, transpose=True), D.t() @ G)
+    assert binds == [True] * (1 if own_kernel else 2)
     with torch.no_grad():
         A.val.mul_(2.0)  # (in place: a new version of the values)
     B, G = torch.randn(m, 4, generator=g, dtype=F64), torch.randn(n, 4, generator=g, dtype=F64)

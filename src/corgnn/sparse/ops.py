@@ -149,10 +149,13 @@ def _launch_key(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, tran
     ``A``'s own (per-call values: an attention, an explain mask), a 3-D ``B``,
     ``torch.compile`` tracing. ``B`` is on ``A``'s device; the thread count sets the
     row plan's task split, the dispatch token the backend; ``A``'s pattern without its
-    values (``val`` None) has a launcher of its own."""
+    values (``val`` None) has a launcher of its own. Not ``B``'s width: a launcher
+    takes any (dispatch decides on the device, dtype and head layout only), so the
+    layers of one model whose products differ in width (a first layer on the input
+    features, a last one on the classes) share it: one bind per direction a batch."""
     if B.dim() != 2 or (val is not None and val is not A.val) or torch.compiler.is_compiling():
         return None
-    return ("launch", transpose, val is None, B.dtype, B.size(1), torch.get_num_threads(), dispatch_token())
+    return ("launch", transpose, val is None, B.dtype, torch.get_num_threads(), dispatch_token())
 
 
 def _NO_VALUES():
