@@ -298,12 +298,42 @@ def test_every_layer_shares_one_graph_per_edge_index():
     a, b = GraphCache(), GraphCache()
     g = a(ei, None, n)
     assert b(ei, None, n) is g  # another layer (or model): the same Graph
-    assert b(ei.clone(), None, n) is not g  # a new tensor: a new Graph
+    assert b(ei.clone(), None, n) is g  # a new tensor of the same contents: found by them (CONTENT_GRAPHS)
+    other = ei.clone()
+    other[0, 0] = (other[0, 0] + 1) % n
+    assert b(other, None, n) is not g  # other contents: a new Graph
     ew = torch.rand(ei.size(1))
     gw = a(ei, ew, n)
     assert gw is not g and gw.unweighted() is g  # weights share the unweighted patterns
-    ei.add_(0)  # an in-place op: a new key
-    assert a(ei, None, n) is not g
+    ei[0, 0] = (ei[0, 0] + 1) % n  # an in-place edit: a new key, and new contents
+    g2 = a(ei, None, n)
+    assert g2 is not g and torch.equal(g2.edge_index, ei)
+
+
+def test_a_graph_found_by_contents_is_built_on_its_own_copy():
+    """A new ``edge_index`` tensor equal to one seen before gets that one's Graph, with
+    its matrices (no build), in any layer; the Graph holds a private copy, so writes
+    to the first tensor, even through ``.data``, change neither it nor the lookup;
+    other node counts and graphs over :data:`CONTENT_MAX_EDGES` edges are their own."""
+    from corgnn.graph import CONTENT_GRAPHS, CONTENT_MAX_EDGES
+
+    corgnn.clear_caches()
+    ei, n = make_graph(seed=11)
+    g = shared_graph(ei, None, n)
+    A = g.gcn_adjacency()
+    want = A.to_dense().clone()
+    ei.data[0, :] = 0  # (unseen by version counters: the copy is untouched)
+    fresh = make_graph(seed=11)[0]
+    g2 = shared_graph(fresh, None, n)
+    assert g2 is g and g2.gcn_adjacency() is A and torch.equal(A.to_dense(), want)
+    assert not torch.equal(g.edge_index, ei) and torch.equal(g.edge_index, fresh)
+    assert shared_graph(fresh.clone(), None, n + 1) is not g  # (another node count)
+    x = torch.randn(n, 3, dtype=torch.float64)
+    conv = GCNConv(3, 2).double()
+    torch.testing.assert_close(conv(x, fresh.clone()), conv(x, make_graph(seed=11)[0]))
+    big = torch.randint(0, 50, (2, CONTENT_MAX_EDGES + 1))
+    before = len(CONTENT_GRAPHS)
+    assert shared_graph(big, None, 50) is not shared_graph(big.clone(), None, 50) and len(CONTENT_GRAPHS) == before
 
 
 def test_the_store_drops_a_graph_with_its_edge_index():
@@ -584,7 +614,9 @@ def test_clear_caches_drops_the_store_and_the_layers_caches():
     assert len(GRAPHS) > 0 and layer._features.newest is not None or layer._features._slots
     ei.data[0, 0] = 7  # bypasses the version counter: not seen by the keys
     corgnn.clear_caches(layer)
-    assert len(GRAPHS) == 0 and not layer._features._slots
+    from corgnn.graph import CONTENT_GRAPHS
+
+    assert len(GRAPHS) == 0 and len(CONTENT_GRAPHS) == 0 and not layer._features._slots
     fresh = GCNConv(4, 3)
     fresh.load_state_dict(layer.state_dict())
     corgnn.clear_caches()

@@ -29,7 +29,7 @@ from collections import OrderedDict
 
 import torch
 
-__all__ = ["tensor_state", "TensorKey", "SharedCache", "Uncopied", "clear_shared_caches", "clear_caches"]
+__all__ = ["tensor_state", "TensorKey", "SharedCache", "ContentCache", "Uncopied", "clear_shared_caches", "clear_caches"]
 
 
 def tensor_state(t: torch.Tensor) -> tuple:
@@ -77,7 +77,7 @@ class SharedCache:
     they live until evicted (a :class:`corgnn.Graph` built here holds a detached alias).
     """
 
-    _all: "weakref.WeakSet[SharedCache]" = weakref.WeakSet()
+    _all: "weakref.WeakSet[SharedCache | ContentCache]" = weakref.WeakSet()  # (every process-wide cache, for clear_shared_caches)
 
     def __init__(self, capacity: int):
         if capacity < 1:
@@ -134,8 +134,62 @@ class SharedCache:
         return (type(self), (self.capacity,))
 
 
+class ContentCache:
+    """A small, thread-safe, process-wide list of values keyed by the *contents* of
+    tensors, most recently used first: a lookup compares a tensor with the stored
+    keys (shape, dtype and device, then ``torch.equal``), so a new tensor holding
+    the same values finds the value stored for an earlier one. The keys are private
+    copies (:meth:`put`), so an edit of that earlier tensor, in place or through
+    ``.data`` or NumPy, changes no stored key.
+    At most ``capacity`` entries (the least recently used dropped); values are held
+    strongly until dropped or :meth:`clear` (:func:`clear_shared_caches`).
+    """
+
+    def __init__(self, capacity: int):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._entries: list = []  # (copies, extra, value), most recently used first
+        self._lock = threading.RLock()
+        SharedCache._all.add(self)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def _same(stored, t) -> bool:
+        if stored is None or t is None:
+            return stored is t
+        return stored.shape == t.shape and stored.dtype == t.dtype and stored.device == t.device and torch.equal(stored, t)
+
+    def get(self, tensors: tuple, extra: tuple = ()):
+        """The value stored for tensors equal to ``tensors`` (and equal ``extra``), else None."""
+        with self._lock:
+            for i, (copies, ex, value) in enumerate(self._entries):
+                if ex == extra and all(self._same(c, t) for c, t in zip(copies, tensors)):
+                    self._entries.insert(0, self._entries.pop(i))
+                    return value
+        return None
+
+    def put(self, tensors: tuple, value, extra: tuple = ()):
+        """Store ``value`` under ``tensors`` (kept as given: pass copies that nothing
+        else writes, e.g. the ones ``value`` was built from) and ``extra``; returns it."""
+        with self._lock:
+            self._entries.insert(0, (tuple(tensors), extra, value))
+            del self._entries[self.capacity:]
+        return value
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
+
+    def __reduce__(self):  # (never pickled with its entries)
+        return (type(self), (self.capacity,))
+
+
 def clear_shared_caches() -> None:
-    """Drop the entries of every :class:`SharedCache` of the process."""
+    """Drop the entries of every :class:`SharedCache` and :class:`ContentCache` of the process."""
     for cache in list(SharedCache._all):
         cache.clear()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._cache import SharedCache, Uncopied, tensor_state
+from ._cache import ContentCache, SharedCache, Uncopied, tensor_state
 from ._validate import check_edge_index, check_edge_weight, validate_compressed
 from .sparse import build
 from .sparse.formats import CSR, SparseFormat, values_version
@@ -679,11 +679,33 @@ def shared_graph(edge_index: torch.Tensor, edge_weight: torch.Tensor | None = No
     if g is not None:
         return g
     if edge_weight is None:
-        return GRAPHS.put((edge_index, None), Graph(edge_index, None, num_nodes), extra)
+        return GRAPHS.put((edge_index, None), _edges_graph(edge_index, num_nodes), extra)
     base = GRAPHS.get((edge_index, None), extra)
     if base is None:
-        base = GRAPHS.put((edge_index, None), Graph(edge_index, None, num_nodes), extra)
+        base = GRAPHS.put((edge_index, None), _edges_graph(edge_index, num_nodes), extra)
     return GRAPHS.put((edge_index, edge_weight), base.with_edge_weight(edge_weight), extra)
+
+
+CONTENT_MAX_EDGES = 1 << 16
+"""A new ``edge_index`` tensor of at most this many edges is first looked up by its
+contents (:func:`graph_by_content`), so a graph that comes back as a new tensor
+reuses the Graph and matrices built for it.
+
+NOTE (issue 21, measured on PyG's ``examples/mutag_gin.py``, 2-core VM): its
+evaluation loaders collate the same graphs into new tensors every epoch, three
+batches of five an epoch, and the build of each new batch's graph (~100-150 us in
+the loop) was what made corgnn's evaluation forward slower than PyG's (0.94 vs
+0.79 ms); a lookup costs a scan of :data:`CONTENT_GRAPHS` (equal sizes only, then
+``torch.equal``) and a miss one copy of ``edge_index``. The bound keeps the graphs
+held after their tensors are gone small (at most ``capacity`` graphs of 64 k edges)."""
+
+
+def _edges_graph(edge_index: torch.Tensor, num_nodes: int | None) -> Graph:
+    """The unweighted :class:`Graph` of a new ``edge_index`` tensor: by its contents
+    (:func:`graph_by_content`) up to :data:`CONTENT_MAX_EDGES` edges, else a new one."""
+    if edge_index.dim() == 2 and edge_index.size(1) <= CONTENT_MAX_EDGES:
+        return graph_by_content(edge_index, None, num_nodes)
+    return Graph(edge_index, None, num_nodes)
 
 
 # ----------------------------------------------------------------- torch.compile path
@@ -704,24 +726,27 @@ def shared_graph(edge_index: torch.Tensor, edge_weight: torch.Tensor | None = No
 # node), a size known from the input shapes: the row pointers end at the true entry
 # count, every kernel walks rows through them, and the padding is never read.
 
-_COMPILED_GRAPHS: list[tuple[torch.Tensor, torch.Tensor | None, int, Graph]] = []
-_COMPILED_GRAPHS_MAX = 4
+CONTENT_GRAPHS = ContentCache(capacity=8)
+"""Graphs by the contents of their ``edge_index`` / ``edge_weight`` and node count
+argument (:func:`graph_by_content`): the custom ops of the compiled path, and new
+eager tensors of up to :data:`CONTENT_MAX_EDGES` edges."""
 
 
-def graph_by_content(edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int) -> Graph:
+def graph_by_content(edge_index: torch.Tensor, edge_weight: torch.Tensor | None, num_nodes: int | None) -> Graph:
     """The cached :class:`Graph` whose ``edge_index``/``edge_weight`` equal these
-    tensors' contents (and node count), else a new one (validated), cached; the
-    cache keeps the :data:`_COMPILED_GRAPHS_MAX` most recently used graphs."""
-    for i, (ei, ew, n, g) in enumerate(_COMPILED_GRAPHS):
-        if n != num_nodes or ei.shape != edge_index.shape or ei.device != edge_index.device or (ew is None) != (edge_weight is None):
-            continue
-        if torch.equal(ei, edge_index) and (ew is None or (ew.dtype == edge_weight.dtype and torch.equal(ew, edge_weight))):
-            _COMPILED_GRAPHS.insert(0, _COMPILED_GRAPHS.pop(i))
-            return g
-    g = Graph(edge_index, edge_weight, num_nodes)
-    _COMPILED_GRAPHS.insert(0, (edge_index.clone(), None if edge_weight is None else edge_weight.detach().clone(), num_nodes, g))
-    del _COMPILED_GRAPHS[_COMPILED_GRAPHS_MAX:]
-    return g
+    tensors' contents (and ``num_nodes`` argument), else a new one, validated and
+    cached in :data:`CONTENT_GRAPHS` (the most recently used few). A new one is
+    built on private copies of the tensors, which are also its keys: no edit of the
+    caller's tensors, even through ``.data`` or NumPy, reaches a cached Graph. As
+    every key of :func:`tensor_state`, one found under ``torch.inference_mode`` was
+    built under it (its matrices are inference tensors, refused outside)."""
+    extra = (num_nodes, torch.is_inference_mode_enabled())
+    g = CONTENT_GRAPHS.get((edge_index, edge_weight), extra)
+    if g is not None:
+        return g
+    ei = edge_index.detach().clone() if isinstance(edge_index, torch.Tensor) else edge_index
+    ew = None if edge_weight is None else edge_weight.detach().clone()
+    return CONTENT_GRAPHS.put((ei, ew), Graph(ei, ew, num_nodes), extra)
 
 
 @torch.library.custom_op("corgnn::gcn_adjacency", mutates_args=())
