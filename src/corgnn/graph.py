@@ -617,17 +617,20 @@ class GraphCache(Uncopied):
     version counter, data address, shape) and the node count, so a training loop
     passing the same ``edge_index`` every epoch builds ``A'`` once, and a new
     tensor, one modified by an in-place torch op, or one whose ``.data`` was rebound
-    builds a new Graph. PyG's ``cached=True`` reuses its first graph for any input.
+    gets the Graph of its contents: one seen recently as another tensor (up to
+    :data:`CONTENT_MAX_EDGES` edges, :func:`graph_by_content`), else a new one. PyG's
+    ``cached=True`` reuses its first graph for any input.
 
     Limit (by design): writes that bypass autograd's version counter,
     ``edge_index.data[0, 5] = 7`` or through ``edge_index.numpy()`` (or a DLPack
     view), are not seen: the cached Graph goes stale, as PyG's cache would. After
     such an edit pass a new tensor (``edge_index.clone()``) or a new
-    :class:`Graph`. NOTE: a content check would catch them, but costs O(q) per call
-    plus a copy of ``edge_index``: 9.6 us per call on Cora (q = 10556), about 1 %
-    of a GCN training step (0.82 ms) and 6 % of a no-grad GCNConv call (0.16 ms),
-    2 cores, and a second ``edge_index`` in memory; the torch.compile path pays it
-    (see :func:`graph_by_content`) because it cannot see tensor identity.
+    :class:`Graph`. NOTE: a content check on every call would catch them, but costs
+    O(q) per call plus a copy of ``edge_index``: 9.6 us per call on Cora (q =
+    10556), about 1 % of a GCN training step (0.82 ms) and 6 % of a no-grad GCNConv
+    call (0.16 ms), 2 cores, and a second ``edge_index`` in memory; the torch.compile
+    path pays it (see :func:`graph_by_content`) because it cannot see tensor
+    identity. Eager calls pay it only for a tensor they have not seen.
 
     The graphs of ``edge_index`` tensors are shared across layers and models
     (:func:`shared_graph`); a sparse adjacency is kept per instance. Cached state is

@@ -104,7 +104,7 @@ class GCNConv(CorgnnConv):
         improved: self-loop weight 2 instead of 1 (default False).
         cached: accepted for PyG compatibility (default False); the adjacency is
             always cached per graph, keyed as :class:`corgnn.graph.GraphCache` says
-            (a new tensor or an in-place op rebuilds it; writes through
+            (a new tensor or an in-place op gets the graph of its contents; writes through
             ``edge_index.data[...]`` or NumPy are not seen).
         add_self_loops: add the remaining self-loops before normalising; ``None``
             (default) = ``normalize``, as in PyG. ``True`` with ``normalize=False``
