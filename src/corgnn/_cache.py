@@ -68,7 +68,34 @@ class TensorKey:
         return True
 
 
-class SharedCache:
+class _ProcessCache:
+    """What every process-wide cache shares: ``capacity``, its ``_entries`` under an
+    ``RLock``, its registration for :func:`clear_shared_caches`, :meth:`clear`, and
+    pickling without its entries."""
+
+    _all: "weakref.WeakSet[_ProcessCache]" = weakref.WeakSet()
+
+    def __init__(self, capacity: int, entries):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._entries = entries
+        self._lock = threading.RLock()  # (a dropped value may free a keyed tensor: its callback re-enters)
+        _ProcessCache._all.add(self)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
+
+    def __reduce__(self):  # (never pickled with its entries)
+        return (type(self), (self.capacity,))
+
+
+class SharedCache(_ProcessCache):
     """A bounded, thread-safe, process-wide map from :class:`TensorKey` to values.
 
     An entry is dropped when one of its keyed tensors is freed (weak-reference
@@ -77,18 +104,8 @@ class SharedCache:
     they live until evicted (a :class:`corgnn.Graph` built here holds a detached alias).
     """
 
-    _all: "weakref.WeakSet[SharedCache | ContentCache]" = weakref.WeakSet()  # (every process-wide cache, for clear_shared_caches)
-
     def __init__(self, capacity: int):
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self._entries: OrderedDict = OrderedDict()  # (ids, extra) -> (TensorKey, value)
-        self._lock = threading.RLock()  # (a dropped value may free a keyed tensor: its callback re-enters)
-        SharedCache._all.add(self)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        super().__init__(capacity, OrderedDict())  # (ids, extra) -> (TensorKey, value)
 
     def get(self, tensors: tuple, extra: tuple = ()):
         """The value stored for ``tensors``/``extra`` if the key still matches, else None."""
@@ -125,16 +142,8 @@ class SharedCache:
                 self._entries.popitem(last=False)
         return value
 
-    def clear(self) -> None:
-        """Drop every entry."""
-        with self._lock:
-            self._entries.clear()
 
-    def __reduce__(self):  # (never pickled with its entries)
-        return (type(self), (self.capacity,))
-
-
-class ContentCache:
+class ContentCache(_ProcessCache):
     """A small, thread-safe, process-wide list of values keyed by the *contents* of
     tensors, most recently used first: a lookup compares a tensor with the stored
     keys (shape, dtype and device, then ``torch.equal``), so a new tensor holding
@@ -146,15 +155,7 @@ class ContentCache:
     """
 
     def __init__(self, capacity: int):
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self._entries: list = []  # (copies, extra, value), most recently used first
-        self._lock = threading.RLock()
-        SharedCache._all.add(self)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+        super().__init__(capacity, [])  # (copies, extra, value), most recently used first
 
     @staticmethod
     def _same(stored, t) -> bool:
@@ -179,18 +180,10 @@ class ContentCache:
             del self._entries[self.capacity:]
         return value
 
-    def clear(self) -> None:
-        """Drop every entry."""
-        with self._lock:
-            self._entries.clear()
-
-    def __reduce__(self):  # (never pickled with its entries)
-        return (type(self), (self.capacity,))
-
 
 def clear_shared_caches() -> None:
     """Drop the entries of every :class:`SharedCache` and :class:`ContentCache` of the process."""
-    for cache in list(SharedCache._all):
+    for cache in list(_ProcessCache._all):
         cache.clear()
 
 
