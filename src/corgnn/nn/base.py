@@ -164,11 +164,16 @@ class FeatureCache(FeatureCheck):
     def derive(self, x: torch.Tensor, width: int | None, training: bool) -> "CSR | None":
         if x.requires_grad or not x.numel():
             return None
+        seen_once = self.previous_seen_once and width is not None
+        if seen_once and self._dense_run >= DENSE_RECOUNT and self._dense_run % DENSE_RECOUNT:
+            # (first: in a long stream of too-dense tensors, e.g. every layer's
+            # activations under no_grad, this is all a call does)
+            self._dense_run += 1
+            return None
         n, m = x.shape
         limit = int(max(sparse_feature_density(width), 0.0) * x.numel())  # (benchmarks set a negative density: never sparse)
         if limit == 0:
             return None
-        seen_once = self.previous_seen_once and width is not None
         if seen_once:
             from ..cost.features import plan_feature_conversion
             from ..cost.gcn import rounded_size
@@ -179,9 +184,6 @@ class FeatureCache(FeatureCheck):
             at = rounded_size(n)
             if not plan_feature_conversion(at, m, 0, width, training=training, uses=1).convert:
                 self.last_conversion = plan_feature_conversion(at, m, int(limit * at / n), width, training=training, uses=1)
-                return None
-            if self._dense_run >= DENSE_RECOUNT and self._dense_run % DENSE_RECOUNT:
-                self._dense_run += 1
                 return None
         ptr = None if dense_sample_rules_out(x, limit) else row_pointer(x)
         nnz = None if ptr is None else int(ptr[-1])
