@@ -26,8 +26,8 @@ Variants, each its own model built from the same seed: ``pyg`` (the script as
 published), ``optimize`` (one ``model = corgnn.optimize(model)`` line before the
 optimizer) and ``optimize-no-rewrite`` (``optimize(model,
 sparse_input_dropout=False)``). They run in the same process, alternating: each of
-``--epochs`` timed epochs runs one epoch of every variant in turn (after
-``--warmup`` untimed epochs each), and the reported time per epoch is the median
+``--epochs`` timed epochs runs one epoch of every variant in turn, the order rotated
+by one each epoch (after ``--warmup`` untimed epochs each), and the reported time per epoch is the median
 over all timed epochs; ``speed-up = pyg / variant`` (> 1: faster with corgnn), of
 the medians and of the fastest epochs.
 Output: ``results.json`` and ``summary.md`` under ``--out``.
@@ -221,14 +221,15 @@ def measure(script: str, data, *, epochs: int = 50, warmup: int = 3, variants=VA
     "accuracy", "speedup", "speedup_min"}}``: the speed-ups are ``pyg``'s median
     (fastest) epoch over the variant's (on a loaded machine the fastest epochs are
     the least disturbed)."""
+    variants = tuple(variants)
     runs = {v: build_client(script, v, data) for v in variants}
     times: dict[str, list[float]] = {v: [] for v in variants}
     last: dict[str, tuple] = {}
     for v in variants:
         for _ in range(warmup):
             runs[v][2]()
-    for _ in range(epochs):  # (one epoch of each variant in turn: they share the machine's load)
-        for v in variants:
+    for e in range(epochs):  # (one epoch of each variant in turn: they share the machine's load)
+        for v in variants[e % len(variants):] + variants[: e % len(variants)]:  # (rotated: none always follows the same one)
             t0 = time.perf_counter()
             last[v] = runs[v][2]()
             times[v].append((time.perf_counter() - t0) * 1e3)
