@@ -45,7 +45,7 @@ def assert_all_close(got, want, tol=1e-10):
 
 
 @pytest.mark.parametrize("cache", SCHEMES)
-@pytest.mark.parametrize("heads,concat", [(1, True), (3, True), (3, False)])
+@pytest.mark.parametrize("heads,concat", [(1, True), (3, True), (3, False), (8, True), (8, False)])  # (8: numba_kernels.HEADS8)
 def test_matches_pyg_float64(cache, heads, concat):
     ei, n = make_graph()  # duplicates, self-loops, isolated nodes, directed
     ref, ours = pair(6, 4, heads, concat)

@@ -26,6 +26,8 @@ F64 = torch.float64
 OPTIONS = [
     dict(heads=3),
     dict(heads=3, concat=False),
+    dict(heads=8),  # (the kernels' eight-head paths: numba_kernels.HEADS8)
+    dict(heads=8, concat=False),
     dict(heads=2, share_weights=True),
     dict(heads=2, bias=False),
     dict(heads=2, residual=True, concat=False),
@@ -199,12 +201,14 @@ def reference_gatv2(x, wl, bl, wr, br, att, b, A, heads, slope, keep):
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
-def test_backends_and_dropout_match_reference(backend):
+@pytest.mark.parametrize("H", [3, 8])
+def test_backends_and_dropout_match_reference(backend, H):
     """Every backend and scheme, with attention dropout: the same mask as the GAT
-    kernels (:func:`dropout_keep_mask`), outputs and every gradient."""
+    kernels (:func:`dropout_keep_mask`), outputs and every gradient (8 heads: the
+    kernels' eight-head paths, ``numba_kernels.HEADS8``)."""
     ei, n = make_graph(seed=3)
     A = Graph(ei, num_nodes=n).gat_adjacency()
-    H, K, m, p = 3, 4, 5, 0.5
+    K, m, p = 4, 5, 0.5
     drop = DropoutSpec(p, seed=123)
     keep = dropout_keep_mask(A.nnz, H, drop.p, drop.seed).to(F64) / (1 - p)
     assert 0.4 < float((keep > 0).double().mean()) < 0.6
@@ -233,16 +237,18 @@ def test_backends_and_dropout_match_reference(backend):
 
 @pytest.mark.parametrize("cache", SCHEMES)
 @pytest.mark.parametrize("spread", [1.0, 60.0])
-def test_float32_matches_float64(cache, spread):
-    """The float32 kernels (the forward's exps a vectorized polynomial) against the
-    float64 ones (``math.exp``), every caching scheme; ``spread`` 60 makes scores wide
-    enough that some attention weights underflow to 0 in float32."""
+@pytest.mark.parametrize("heads", [4, 8])
+def test_float32_matches_float64(cache, spread, heads):
+    """The float32 kernels (the forward's exps a vectorized polynomial; with 8 heads its
+    eight-head path) against the float64 ones (``math.exp``), every caching scheme;
+    ``spread`` 60 makes scores wide enough that some attention weights underflow to 0
+    in float32."""
     ei, n = make_graph(seed=10)
-    ref, ours = pair(6, 8, heads=4)
+    ref, ours = pair(6, 8, heads=heads)
     ours.cache = cache
-    x, g = spread * torch.randn(n, 6, dtype=F64), torch.randn(n, 32, dtype=F64)
+    x, g = spread * torch.randn(n, 6, dtype=F64), torch.randn(n, 8 * heads, dtype=F64)
     want = run(ours, x, ei, g)
-    ours32 = GATv2Conv(6, 8, heads=4)
+    ours32 = GATv2Conv(6, 8, heads=heads)
     ours32.load_state_dict(ours.state_dict())
     ours32.cache = cache
     got = run(ours32, x.float(), ei, g.float())

@@ -194,7 +194,7 @@ def test_gc_is_paused_while_a_corgnn_kernel_compiles_and_restored_after():
 
     from numba.core import event
 
-    numba_threads.pause_gc_while_compiling()
+    numba_threads.hook_compiles()
     ours = {"dispatcher": types.SimpleNamespace(py_func=types.SimpleNamespace(__module__="corgnn.sparse.build"))}
     theirs = {"dispatcher": types.SimpleNamespace(py_func=types.SimpleNamespace(__module__="user_module"))}
     was = gc.isenabled()

@@ -44,6 +44,11 @@ __all__ = [
     "head_weighted_sums",
 ]
 
+COMPILE_WITH_SLP = True
+"""This module's kernels compile with LLVM's SLP vectorizer on: the eight-head paths of
+:mod:`.numba_kernels`' head helpers need it (:data:`.numba_kernels.HEADS8`,
+:func:`.numba_threads.hook_compiles`)."""
+
 _M32 = 0xFFFFFFFF
 
 

@@ -46,6 +46,11 @@ from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gat
 
 __all__ = ["gatv2_forward_rows", "gatv2_backward_rows", "gatv2_backward_cols"]
 
+COMPILE_WITH_SLP = True
+"""This module's kernels compile with LLVM's SLP vectorizer on: the eight-head paths of
+:mod:`.numba_kernels`' head helpers need it (:data:`.numba_kernels.HEADS8`,
+:func:`.numba_threads.hook_compiles`)."""
+
 
 @njit(inline="always")
 def scores(XLt, c, XRt, att_t, slope, P, j):

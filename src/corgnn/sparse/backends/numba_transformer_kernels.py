@@ -32,9 +32,17 @@ import numpy as np
 from numba import njit
 
 from .numba_gat_kernels import dropped_weights
-from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, tiered_jit, transpose_row
+from .numba_kernels import (
+    chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_axpy_shared, head_dot_add, head_dots, head_gather, head_max, head_scatter,
+    head_softmax_grad, prefetch_gather, tiered_jit, transpose_row,
+)
 
 __all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
+
+COMPILE_WITH_SLP = True
+"""This module's kernels compile with LLVM's SLP vectorizer on: the eight-head paths of
+:mod:`.numba_kernels`' head helpers need it (:data:`.numba_kernels.HEADS8`,
+:func:`.numba_threads.hook_compiles`)."""
 
 
 @gather_kernel(operand=5, tiered=True)
@@ -75,6 +83,7 @@ def dot_attention_forward_rows(dist, loop):
         has_edge = Ae.shape[0] > 0
         has_perm = perm.shape[0] > 0
         want_alpha = alpha.shape[0] > 0
+        alpha3 = alpha.reshape((alpha.shape[0], 1, H))
         drop = thresh > 0
         zero = scale * 0
         for t in loop(chunks.shape[0] - 1):
@@ -113,8 +122,7 @@ def dot_attention_forward_rows(dist, loop):
                             for f in range(F):
                                 s += Qe[i, h, f] * attr[e, f]
                             P[j, h] += s * scale
-                    for h in range(H):
-                        mx[h] = max(mx[h], P[j, h])
+                    head_max(P, j, mx)
                 exp_shifted(P, T, m, mx, tot)
                 if drop:  # branch-free: a dropped entry adds zeros
                     dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, dscale)
@@ -137,9 +145,7 @@ def dot_attention_forward_rows(dist, loop):
                             Ae[i, h, f] *= tot[h]
                 if want_alpha:
                     for j in range(m):
-                        e = perm[lo + j] if has_perm else lo + j
-                        for h in range(H):
-                            alpha[e, h] = P[j, h] * tot[h]
+                        head_scatter(alpha3, perm[lo + j] if has_perm else lo + j, 0, P, j, tot)
     return dot_attention_forward_rows
 
 
@@ -185,10 +191,16 @@ def dot_attention_backward_rows(dist, loop):
         two = ea.shape[1] == 2
         zero = scale * 0
         one = zero + np.float32(1.0)
+        alpha3 = alpha.reshape((alpha.shape[0], 1, H))
         for t in loop(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = empty_array((deg, H), Ql)  # alpha
             Gd = empty_array((deg, H), Ql)  # <G_i, V_c>, then dalpha, then de * scale
+            Gd3 = Gd.reshape((deg, 1, H))  # (the same memory, for head_scatter)
+            ones = empty_array(H, Ql)
+            scales = empty_array(H, Ql)
+            ones[:] = one
+            scales[:] = scale
             W = empty_array((deg if drop else 0, H), Ql)  # the dropped attention
             T = empty_array((deg, H), np.float32)
             tot = empty_array(H, Ql)
@@ -221,8 +233,7 @@ def dot_attention_backward_rows(dist, loop):
                     e = perm[lo + j] if has_perm else lo + j
                     head_dots(Gt, Vt, c, Gd, j)
                     if cached:
-                        for h in range(H):
-                            P[j, h] = alpha[e, h]
+                        head_gather(P, j, alpha3, e, 0, one)
                     else:
                         head_dots(Qt, Kt, c, P, j)
                     if has_edge:
@@ -243,10 +254,14 @@ def dot_attention_backward_rows(dist, loop):
                 for h in range(H):
                     D[h] = zero
                 for j in range(m):
-                    for h in range(H):
-                        D[h] += P[j, h] * Gd[j, h]
+                    head_dot_add(D, P, Gd, j)
                 for j in range(m):
                     e = perm[lo + j] if has_perm else lo + j
+                    if not (has_edge or drop or two):  # (the common case: de alone, every head in one vector)
+                        head_softmax_grad(Gd, P, j, D)
+                        head_scatter(ea, e, 0, Gd, j, ones)
+                        head_scatter(Gd3, j, 0, Gd, j, scales)
+                        continue
                     if has_edge:
                         for f in range(F):
                             dattr[e, f] = 0
@@ -292,7 +307,7 @@ def dot_attention_backward_cols(dist, loop):
         dropout; empty otherwise); dK (n_src, H, C), dV (n_src, H, Cv) overwritten.
 
         Per column, the entries' ``ea`` rows are first gathered through ``perm`` into
-        a ``(degree, 2, H)`` buffer in a tight loop (many cache misses in flight),
+        two ``(degree, H)`` buffers in a tight loop (many cache misses in flight),
         then read in sequence, as GATv2's column kernel does; the sums run in
         ``(C, H)`` buffers, every per-entry loop over heads in one vector (as the row
         kernels), written out once per column.
@@ -314,8 +329,13 @@ def dot_attention_backward_cols(dist, loop):
         per_head = Gt.shape[2] == H
         has_perm = perm.shape[0] > 0
         two = ea.shape[1] == 2
+        one = scale * 0 + 1
+        # (the dropped attention as (q, S, H) with its slot: ea's second, or the cached alpha's only one)
+        ad, slot = (ea, 1) if two else (alpha.reshape((alpha.shape[0], 1, H)), 0)
         for t in loop(chunks.shape[0] - 1):
-            Ev = empty_array((chunk_degree(ptr, chunks, t), 2, H), ea)
+            deg = chunk_degree(ptr, chunks, t)
+            Ed = empty_array((deg, H), ea)  # de * scale
+            Ea = empty_array((deg, H), ea)  # the dropped attention
             accK = empty_array((C, H), ea)
             accV = empty_array((Cv, H), ea)
             for c in range(chunks[t], chunks[t + 1]):
@@ -327,27 +347,19 @@ def dot_attention_backward_cols(dist, loop):
                         prefetch_gather(alpha, perm, lo, lo + m, dist)
                 for j in range(m):
                     e = perm[lo + j] if has_perm else lo + j
-                    for h in range(H):
-                        Ev[j, 0, h] = ea[e, 0, h] * scale
-                        Ev[j, 1, h] = ea[e, 1, h] if two else alpha[e, h]
+                    head_gather(Ed, j, ea, e, 0, scale)
+                    head_gather(Ea, j, ad, e, slot, one)
                 accK[:] = 0
                 accV[:] = 0
                 prefetch_gather(Gt, idx, lo, lo + m, dist)
                 prefetch_gather(Qt, idx, lo, lo + m, dist)
                 for j in range(m):
                     i = idx[lo + j]
-                    for k in range(C):
-                        for h in range(H):
-                            accK[k, h] += Ev[j, 0, h] * Qt[i, k, h]
+                    head_axpy(accK, Ed, j, Qt, i)
                     if per_head:
-                        for k in range(Cv):
-                            for h in range(H):
-                                accV[k, h] += Ev[j, 1, h] * Gt[i, k, h]
+                        head_axpy(accV, Ea, j, Gt, i)
                     else:
-                        for k in range(Cv):
-                            g = Gt[i, k, 0]
-                            for h in range(H):
-                                accV[k, h] += Ev[j, 1, h] * g
+                        head_axpy_shared(accV, Ea, j, Gt, i)
                 for h in range(H):
                     for k in range(C):
                         dK[c, h, k] = accK[k, h]
