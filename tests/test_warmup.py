@@ -185,18 +185,23 @@ print(numba_warmup.is_marked(numba_warmup.marker_path()))
     assert not any(name.endswith(".lock") for name in os.listdir(tmp_path / "numba-cache"))  # released
 
 
+def _compiling(module: str) -> dict:
+    """The data of a ``numba:compile`` event for a function of ``module``."""
+    import types
+
+    return {"dispatcher": types.SimpleNamespace(py_func=types.SimpleNamespace(__module__=module))}
+
+
 def test_gc_is_paused_while_a_corgnn_kernel_compiles_and_restored_after():
     """The ``numba:compile`` listener (sent by Numba around each compile): the
     collector is off inside a compile of a corgnn kernel, nested compiles included,
     and back as it was after; other functions' compiles leave it alone."""
     import gc
-    import types
 
     from numba.core import event
 
     numba_threads.hook_compiles()
-    ours = {"dispatcher": types.SimpleNamespace(py_func=types.SimpleNamespace(__module__="corgnn.sparse.build"))}
-    theirs = {"dispatcher": types.SimpleNamespace(py_func=types.SimpleNamespace(__module__="user_module"))}
+    ours, theirs = _compiling("corgnn.sparse.build"), _compiling("user_module")
     was = gc.isenabled()
     try:
         gc.enable()
@@ -217,6 +222,58 @@ def test_gc_is_paused_while_a_corgnn_kernel_compiles_and_restored_after():
         assert not gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_slp_is_on_while_an_attention_kernel_module_compiles_and_only_then():
+    """The SLP vectorizer (``numba.config.SLP_VECTORIZE``) is on inside a compile of a
+    kernel of a module that sets ``COMPILE_WITH_SLP`` (the attention kernels, whose
+    eight-head paths need it), callees included, and back as it was after; other
+    corgnn kernels and the user's functions compile as Numba's setting says."""
+    import numba
+    from numba.core import event
+
+    import corgnn.sparse.backends.numba_transformer_kernels  # noqa: F401 - in sys.modules, as when Numba compiles it
+
+    numba_threads.hook_compiles()
+    was = numba.config.SLP_VECTORIZE
+    try:
+        numba.config.SLP_VECTORIZE = 0
+        with event.trigger_event("numba:compile", data=_compiling("corgnn.sparse.backends.numba_transformer_kernels")):
+            assert numba.config.SLP_VECTORIZE == 1
+            with event.trigger_event("numba:compile", data=_compiling("corgnn.sparse.build")):  # a callee
+                assert numba.config.SLP_VECTORIZE == 1
+        assert numba.config.SLP_VECTORIZE == 0
+        for module in ("corgnn.sparse.build", "corgnn.sparse.backends.numba_kernels", "user_module"):
+            with event.trigger_event("numba:compile", data=_compiling(module)):
+                assert numba.config.SLP_VECTORIZE == 0
+        with pytest.raises(ValueError), event.trigger_event("numba:compile", data=_compiling("corgnn.sparse.backends.numba_gat_kernels")):
+            raise ValueError("a failed compile")
+        assert numba.config.SLP_VECTORIZE == 0
+    finally:
+        numba.config.SLP_VECTORIZE = was
+
+
+def test_every_kernel_module_using_the_eight_head_helpers_compiles_with_slp():
+    """The helpers' eight-head paths run scalar, slower than their loops, unless the
+    SLP vectorizer compiles them: every backend module that imports one sets
+    ``COMPILE_WITH_SLP = True``."""
+    import importlib
+    import pkgutil
+
+    import corgnn.sparse.backends as backends
+    from corgnn.sparse.backends import numba_kernels as k
+
+    helpers = {id(getattr(k, name)) for name in dir(k) if name.startswith("head_") or name == "exp_shifted"}
+    assert len(helpers) >= 9
+    users = []
+    for info in pkgutil.iter_modules(backends.__path__):
+        if info.name == "numba_kernels" or not info.name.startswith("numba"):
+            continue
+        module = importlib.import_module(f"corgnn.sparse.backends.{info.name}")
+        if any(id(v) in helpers for v in vars(module).values()):
+            users.append(info.name)
+            assert getattr(module, "COMPILE_WITH_SLP", False) is True, info.name
+    assert {"numba_gat_kernels", "numba_gatv2_kernels", "numba_transformer_kernels"} <= set(users)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -256,7 +256,7 @@ def _summary(results: dict, info: dict, args) -> str:
         "# corgnn bench clients: PyG's examples/gcn.py and gat.py on Cora, mutag_gin.py on a MUTAG stand-in, CPU",
         "",
         f"{info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['torch_threads']} threads), PyG {info['pyg']}. "
-        f"Epoch = train() + test(); median of {args.epochs} epochs per variant, one epoch of each variant in turn, "
+        f"Epoch = train() + test(); median of {args.epochs} epochs per variant, one epoch of each variant in turn (the order rotated every epoch), "
         f"after {args.warmup} warm-up epochs.",
         "",
         "| script | variant | ms / epoch (median) | min-max | speed-up vs PyG (medians) | (fastest epochs) | final train loss |",

@@ -129,6 +129,14 @@ def _heads_last(X: torch.Tensor) -> np.ndarray:
     return X.detach().transpose(1, 2).contiguous().numpy()
 
 
+def _slotted(a) -> np.ndarray:
+    """A per-entry ``(q, H)`` tensor or array as the ``(q, 1, H)`` array the transformer
+    kernels index like their ``(q, 2, H)`` ones (one head helper for both; a reshape
+    inside a kernel would need ``numba.np.arrayobj`` to load it)."""
+    a = _np(a) if isinstance(a, torch.Tensor) else a
+    return a.reshape(a.shape[0], 1, a.shape[1])
+
+
 def _edge_arrays(Qe, attr, H: int, dtype) -> tuple[np.ndarray, np.ndarray]:
     """``(Qe (n, H, F), attr (q, F))`` arrays of the attention kernels' edge features,
     or empty ones (no edge features)."""
@@ -377,7 +385,7 @@ class NumbaBackend(Backend):
         thresh, dscale, lo, hi = _seed(p, seed, dt)
         tk.dot_attention_forward_rows(
             *_walk(ptr, idx, perm), _heads_last(Q), _heads_last(K), _heads_last(V), Qe_n, attr_n, _scalar(scale, dt), thresh, dscale, lo, hi,
-            lse.numpy(), alpha.numpy(), out.numpy(), Ae.numpy(),
+            lse.numpy(), _slotted(alpha), out.numpy(), Ae.numpy(),
         )
         return out, lse, alpha, Ae
 
@@ -395,7 +403,7 @@ class NumbaBackend(Backend):
         Qe_n, attr_n = _edge_arrays(Qe, attr, H, dt)
         Ge_n, _ = _edge_arrays(Ge, attr, H, dt)
         tk.dot_attention_backward_rows(
-            *_walk(ptr, idx, perm), _np(G), _heads_last(Q), _heads_last(K), _heads_last(V), Qe_n, Ge_n, attr_n, _np(alpha) if cached else none,
+            *_walk(ptr, idx, perm), _np(G), _heads_last(Q), _heads_last(K), _heads_last(V), Qe_n, Ge_n, attr_n, _slotted(alpha if cached else none),
             none if lse is None else _np(lse), _scalar(scale, dt), thresh, dscale, lo, hi, ea.numpy(), dQ.numpy(), dQe.numpy(), dattr.numpy(),
         )
         return ea, dQ, dQe, dattr
@@ -405,6 +413,6 @@ class NumbaBackend(Backend):
         m = tptr.numel() - 1
         dK = torch.empty((m, H, Q.shape[2]), dtype=dt)
         dV = torch.empty((m, H, G.shape[2]), dtype=dt)
-        ad = _np(alpha) if ea.shape[1] == 1 else np.empty((0, H), dtype=_np_dtype(dt))
+        ad = _slotted(alpha if ea.shape[1] == 1 else np.empty((0, H), dtype=_np_dtype(dt)))
         tk.dot_attention_backward_cols(*_walk(tptr, tidx, tperm), _heads_last(G), _heads_last(Q), _np(ea), ad, _scalar(scale, dt), dK.numpy(), dV.numpy())
         return dK, dV

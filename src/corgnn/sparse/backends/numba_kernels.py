@@ -103,7 +103,7 @@ _LINE = 64  # bytes per cache line on x86-64 and most AArch64 cores
 HEADS8 = 8
 """The head count the attention helpers (:func:`head_dots`, :func:`head_axpy`,
 :func:`head_axpy_shared`, :func:`head_gather`, :func:`head_scatter`,
-:func:`head_dot_add`, :func:`head_softmax_grad`, :func:`head_max`,
+:func:`head_dot_add`, :func:`head_softmax_backward`, :func:`head_max`,
 :func:`exp_shifted`) have a path of their own for: eight values
 held in locals, each row's loads before its stores, which LLVM's SLP vectorizer
 turns into one vector per step: it is on for the kernel modules that use these
@@ -553,17 +553,21 @@ def head_dot_add(D, A, B, j):
 
 
 @njit(inline="always")
-def head_softmax_grad(Gd, P, j, D):
-    """``Gd[j, h] = P[j, h] * (Gd[j, h] - D[h])`` over heads: the softmax backward of
-    entry ``j`` (``P`` the attention, ``Gd`` its gradient, ``D`` the row's
-    ``sum_e P_e Gd_e``)."""
+def head_softmax_backward(Gd, P, j, D, out, e, scale):
+    """The softmax backward of entry ``j`` over heads: ``v = P[j, h] * (Gd[j, h] -
+    D[h])`` (``P`` the attention, ``Gd`` its gradient, ``D`` the row's ``sum_e P_e
+    Gd_e``) written to ``out[e, 0, h]``, and ``Gd[j, h] = v * scale``."""
     if D.shape[0] == HEADS8:  # (see HEADS8)
         v0, v1, v2, v3 = P[j, 0] * (Gd[j, 0] - D[0]), P[j, 1] * (Gd[j, 1] - D[1]), P[j, 2] * (Gd[j, 2] - D[2]), P[j, 3] * (Gd[j, 3] - D[3])
         v4, v5, v6, v7 = P[j, 4] * (Gd[j, 4] - D[4]), P[j, 5] * (Gd[j, 5] - D[5]), P[j, 6] * (Gd[j, 6] - D[6]), P[j, 7] * (Gd[j, 7] - D[7])
-        Gd[j, 0], Gd[j, 1], Gd[j, 2], Gd[j, 3], Gd[j, 4], Gd[j, 5], Gd[j, 6], Gd[j, 7] = v0, v1, v2, v3, v4, v5, v6, v7
+        out[e, 0, 0], out[e, 0, 1], out[e, 0, 2], out[e, 0, 3], out[e, 0, 4], out[e, 0, 5], out[e, 0, 6], out[e, 0, 7] = v0, v1, v2, v3, v4, v5, v6, v7
+        Gd[j, 0], Gd[j, 1], Gd[j, 2], Gd[j, 3] = v0 * scale, v1 * scale, v2 * scale, v3 * scale
+        Gd[j, 4], Gd[j, 5], Gd[j, 6], Gd[j, 7] = v4 * scale, v5 * scale, v6 * scale, v7 * scale
         return
     for h in range(D.shape[0]):
-        Gd[j, h] = P[j, h] * (Gd[j, h] - D[h])
+        v = P[j, h] * (Gd[j, h] - D[h])
+        out[e, 0, h] = v
+        Gd[j, h] = v * scale
 
 
 @njit(inline="always")

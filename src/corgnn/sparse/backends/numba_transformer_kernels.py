@@ -34,7 +34,7 @@ from numba import njit
 from .numba_gat_kernels import dropped_weights
 from .numba_kernels import (
     chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_axpy_shared, head_dot_add, head_dots, head_gather, head_max, head_scatter,
-    head_softmax_grad, prefetch_gather, tiered_jit, transpose_row,
+    head_softmax_backward, prefetch_gather, tiered_jit, transpose_row,
 )
 
 __all__ = ["dot_attention_forward_rows", "dot_attention_backward_rows", "dot_attention_backward_cols"]
@@ -62,7 +62,7 @@ def dot_attention_forward_rows(dist, loop):
         parallel tasks; ``Ql (n, C, H)``, ``Kt, Vt (n_src, C, H)``: queries, keys and values with
         heads last (``K.transpose(1, 2)``, contiguous), so that every per-entry loop
         runs over heads in one vector; lse (n, H) out (0 for an empty row); alpha
-        (q, H) out, the softmax before dropout, or empty (not written); out (n, H, C)
+        (q, 1, H) out, the softmax before dropout, or empty (not written); out (n, H, C)
         overwritten (an empty row gives zeros). ``scale`` and ``dscale`` of ``Q``'s
         dtype keep float32 math float32.
 
@@ -83,7 +83,6 @@ def dot_attention_forward_rows(dist, loop):
         has_edge = Ae.shape[0] > 0
         has_perm = perm.shape[0] > 0
         want_alpha = alpha.shape[0] > 0
-        alpha3 = alpha.reshape((alpha.shape[0], 1, H))
         drop = thresh > 0
         zero = scale * 0
         for t in loop(chunks.shape[0] - 1):
@@ -145,7 +144,7 @@ def dot_attention_forward_rows(dist, loop):
                             Ae[i, h, f] *= tot[h]
                 if want_alpha:
                     for j in range(m):
-                        head_scatter(alpha3, perm[lo + j] if has_perm else lo + j, 0, P, j, tot)
+                        head_scatter(alpha, perm[lo + j] if has_perm else lo + j, 0, P, j, tot)
     return dot_attention_forward_rows
 
 
@@ -166,7 +165,7 @@ def dot_attention_backward_rows(dist, loop):
         :func:`dot_attention_forward_rows`.
 
         Inputs: G (n, H, C), or (n, 1, C) for the same gradient in every head;
-        ``Ql (n, C, H)``, ``Kt, Vt (n_src, C, H)`` (heads last); either ``alpha`` (q, H) cached or empty and
+        ``Ql (n, C, H)``, ``Kt, Vt (n_src, C, H)`` (heads last); either ``alpha`` (q, 1, H) cached or empty and
         ``lse`` (n, H). Outputs:
         ``ea`` (q, 2, H) with ``ea[e, 0] = de_e`` and ``ea[e, 1] = drop_e * alpha_e``
         (the dropped attention), one cache line per entry at 8 float32 heads, for the
@@ -191,16 +190,10 @@ def dot_attention_backward_rows(dist, loop):
         two = ea.shape[1] == 2
         zero = scale * 0
         one = zero + np.float32(1.0)
-        alpha3 = alpha.reshape((alpha.shape[0], 1, H))
         for t in loop(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             P = empty_array((deg, H), Ql)  # alpha
             Gd = empty_array((deg, H), Ql)  # <G_i, V_c>, then dalpha, then de * scale
-            Gd3 = Gd.reshape((deg, 1, H))  # (the same memory, for head_scatter)
-            ones = empty_array(H, Ql)
-            scales = empty_array(H, Ql)
-            ones[:] = one
-            scales[:] = scale
             W = empty_array((deg if drop else 0, H), Ql)  # the dropped attention
             T = empty_array((deg, H), np.float32)
             tot = empty_array(H, Ql)
@@ -233,7 +226,7 @@ def dot_attention_backward_rows(dist, loop):
                     e = perm[lo + j] if has_perm else lo + j
                     head_dots(Gt, Vt, c, Gd, j)
                     if cached:
-                        head_gather(P, j, alpha3, e, 0, one)
+                        head_gather(P, j, alpha, e, 0, one)
                     else:
                         head_dots(Qt, Kt, c, P, j)
                     if has_edge:
@@ -258,9 +251,7 @@ def dot_attention_backward_rows(dist, loop):
                 for j in range(m):
                     e = perm[lo + j] if has_perm else lo + j
                     if not (has_edge or drop or two):  # (the common case: de alone, every head in one vector)
-                        head_softmax_grad(Gd, P, j, D)
-                        head_scatter(ea, e, 0, Gd, j, ones)
-                        head_scatter(Gd3, j, 0, Gd, j, scales)
+                        head_softmax_backward(Gd, P, j, D, ea, e, scale)
                         continue
                     if has_edge:
                         for f in range(F):
@@ -303,7 +294,7 @@ def dot_attention_backward_cols(dist, loop):
         the output gradient heads last, or ``(n, Cv, 1)``: one gradient for every
         head; ``ea`` (q, 2, H) the ``(de, alpha_d)`` of
         :func:`dot_attention_backward_rows` in entry order, or ``ea (q, 1, H)`` (``de``)
-        and the dropped attention read from ``alpha (q, H)`` (the cached one, no
+        and the dropped attention read from ``alpha (q, 1, H)`` (the cached one, no
         dropout; empty otherwise); dK (n_src, H, C), dV (n_src, H, Cv) overwritten.
 
         Per column, the entries' ``ea`` rows are first gathered through ``perm`` into
@@ -331,7 +322,7 @@ def dot_attention_backward_cols(dist, loop):
         two = ea.shape[1] == 2
         one = scale * 0 + 1
         # (the dropped attention as (q, S, H) with its slot: ea's second, or the cached alpha's only one)
-        ad, slot = (ea, 1) if two else (alpha.reshape((alpha.shape[0], 1, H)), 0)
+        ad, slot = (ea, 1) if two else (alpha, 0)
         for t in loop(chunks.shape[0] - 1):
             deg = chunk_degree(ptr, chunks, t)
             Ed = empty_array((deg, H), ea)  # de * scale
