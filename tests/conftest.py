@@ -42,6 +42,17 @@ KERNEL_BACKENDS = ["numba", "torch", TRITON]
 """Every backend that runs on CPU tensors (triton through its interpreter)."""
 
 
+def eight_head_tier(monkeypatch, heads: int) -> None:
+    """With 8 heads, the tiered Numba kernels run their parallel compilations for the
+    rest of the test: only those carry the attention helpers' eight-head paths
+    (``numba_kernels.HEADS8``); the serial first tiers run the loops (the same code
+    any other head count tests)."""
+    if heads == 8:
+        from corgnn.sparse.backends import numba_warmup
+
+        monkeypatch.setattr(numba_warmup.Tier, "parallel", lambda self: True)
+
+
 def make_graph(n: int = 40, q: int = 160, seed: int = 0, device="cpu"):
     """Directed random graph with duplicate edges, self-loops (incl. a duplicated
     loop) and isolated nodes (the last 3 ids have no edges)."""

@@ -14,7 +14,7 @@ from corgnn.graph import Graph
 from corgnn.nn import GAT, GATConv
 from corgnn.sparse import use_backend
 from corgnn.sparse.attention import DropoutSpec, dropout_keep_mask
-from conftest import FAST_GRADCHECK, KERNEL_BACKENDS, make_graph
+from conftest import FAST_GRADCHECK, KERNEL_BACKENDS, eight_head_tier, make_graph
 
 SCHEMES = list(GAT_CACHE_SCHEMES)
 F64 = torch.float64
@@ -46,7 +46,8 @@ def assert_all_close(got, want, tol=1e-10):
 
 @pytest.mark.parametrize("cache", SCHEMES)
 @pytest.mark.parametrize("heads,concat", [(1, True), (3, True), (3, False), (8, True), (8, False)])  # (8: numba_kernels.HEADS8)
-def test_matches_pyg_float64(cache, heads, concat):
+def test_matches_pyg_float64(cache, heads, concat, monkeypatch):
+    eight_head_tier(monkeypatch, heads)
     ei, n = make_graph()  # duplicates, self-loops, isolated nodes, directed
     ref, ours = pair(6, 4, heads, concat)
     ours.cache = cache

@@ -19,7 +19,7 @@ from corgnn.graph import Graph
 from corgnn.nn import GATv2, GATv2Conv, UnsupportedOption
 from corgnn.sparse import use_backend
 from corgnn.sparse.attention import DropoutSpec, dropout_keep_mask
-from conftest import FAST_GRADCHECK, FORCED_TRITON_INTERPRETER, KERNEL_BACKENDS, make_graph
+from conftest import FAST_GRADCHECK, FORCED_TRITON_INTERPRETER, KERNEL_BACKENDS, eight_head_tier, make_graph
 
 SCHEMES = list(GATV2_CACHE_SCHEMES)
 F64 = torch.float64
@@ -77,7 +77,8 @@ def test_constructor_signature_is_pygs():
 
 @pytest.mark.parametrize("cache", SCHEMES)
 @pytest.mark.parametrize("kw", OPTIONS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
-def test_matches_pyg_float64(cache, kw):
+def test_matches_pyg_float64(cache, kw, monkeypatch):
+    eight_head_tier(monkeypatch, kw["heads"])
     ei, n = make_graph()  # duplicates, self-loops, isolated nodes, directed
     ref, ours = pair(6, 4, **kw)
     ours.cache = cache
@@ -202,10 +203,11 @@ def reference_gatv2(x, wl, bl, wr, br, att, b, A, heads, slope, keep):
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("H", [3, 8])
-def test_backends_and_dropout_match_reference(backend, H):
+def test_backends_and_dropout_match_reference(backend, H, monkeypatch):
     """Every backend and scheme, with attention dropout: the same mask as the GAT
     kernels (:func:`dropout_keep_mask`), outputs and every gradient (8 heads: the
     kernels' eight-head paths, ``numba_kernels.HEADS8``)."""
+    eight_head_tier(monkeypatch, H)
     ei, n = make_graph(seed=3)
     A = Graph(ei, num_nodes=n).gat_adjacency()
     K, m, p = 4, 5, 0.5
@@ -238,11 +240,12 @@ def test_backends_and_dropout_match_reference(backend, H):
 @pytest.mark.parametrize("cache", SCHEMES)
 @pytest.mark.parametrize("spread", [1.0, 60.0])
 @pytest.mark.parametrize("heads", [4, 8])
-def test_float32_matches_float64(cache, spread, heads):
+def test_float32_matches_float64(cache, spread, heads, monkeypatch):
     """The float32 kernels (the forward's exps a vectorized polynomial; with 8 heads its
     eight-head path) against the float64 ones (``math.exp``), every caching scheme;
     ``spread`` 60 makes scores wide enough that some attention weights underflow to 0
     in float32."""
+    eight_head_tier(monkeypatch, heads)
     ei, n = make_graph(seed=10)
     ref, ours = pair(6, 8, heads=heads)
     ours.cache = cache

@@ -19,7 +19,7 @@ from corgnn.graph import Graph
 from corgnn.nn import Transformer, TransformerConv, UnsupportedOption
 from corgnn.sparse import use_backend
 from corgnn.sparse.rng import DropoutSpec, dropout_keep_mask
-from conftest import FAST_GRADCHECK, FORCED_TRITON_INTERPRETER, KERNEL_BACKENDS, make_graph
+from conftest import FAST_GRADCHECK, FORCED_TRITON_INTERPRETER, KERNEL_BACKENDS, eight_head_tier, make_graph
 
 SCHEMES = list(TRANSFORMER_CACHE_SCHEMES)
 F64 = torch.float64
@@ -237,12 +237,13 @@ def reference_attention(x, wq, bq, wk, bk, wv, bv, attr, we, A, heads, concat, k
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS)
 @pytest.mark.parametrize("p", [0.0, 0.5])
 @pytest.mark.parametrize("H, edges", [(2, True), (8, True), (8, False)])
-def test_backends_and_dropout_match_reference(backend, p, H, edges):
+def test_backends_and_dropout_match_reference(backend, p, H, edges, monkeypatch):
     """Every backend and caching scheme against the pure-torch reference, float64:
     outputs and every gradient, with and without attention dropout, edge features
     and the head mean (one gradient for every head); 8 heads take the kernels'
     eight-head paths (``numba_kernels.HEADS8``: without edge features, dropout or
     a second slot, the row kernel's softmax backward too)."""
+    eight_head_tier(monkeypatch, H)
     ei, n = make_graph(seed=3)
     A = Graph(ei, num_nodes=n).gat_adjacency(add_self_loops=False)
     C, m = 4, 5
@@ -337,10 +338,12 @@ def test_attention_ops_check_shapes():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_exp_shifted_accuracy(dtype):
+@pytest.mark.parametrize("heads, unroll8", [(4, True), (8, False), (8, True)])
+def test_exp_shifted_accuracy(dtype, heads, unroll8):
     """The row kernels' exp (a polynomial in float32, ``math.exp`` in float64): within
     one float32 ulp of float64's over softmax's range, the row sums, only ``m`` rows
-    written, an argument below float32's normal range giving (near) 0."""
+    written, an argument below float32's normal range giving (near) 0; with 8 heads
+    and ``unroll8`` the eight-head path (``numba_kernels.HEADS8``), else the loops."""
     import numpy as np
     from numba import njit
 
@@ -348,15 +351,15 @@ def test_exp_shifted_accuracy(dtype):
 
     @njit
     def call(P, T, m, shift, tot):
-        exp_shifted(P, T, m, shift, tot)
+        exp_shifted(P, T, m, shift, tot, unroll8)
 
     dt = np.dtype(dtype)
-    shift = np.array([0.0, 1.0, -2.0, 30.0], dtype=dt)
-    x = np.linspace(-86.0, 0.5, 4096).reshape(1024, 4)  # x = P - shift
-    P = np.vstack([(x + shift).astype(dt), np.full((3, 4), 7.0, dtype=dt)])
+    shift = np.array([0.0, 1.0, -2.0, 30.0, 0.5, -1.0, 3.0, -30.0][:heads], dtype=dt)
+    x = np.linspace(-86.0, 0.5, 1024 * heads).reshape(1024, heads)  # x = P - shift
+    P = np.vstack([(x + shift).astype(dt), np.full((3, heads), 7.0, dtype=dt)])
     P[5, 3] = shift[3] - 200  # exp(-200): below the smallest normal float32
     want = np.exp((P[:1024] - shift).astype(np.float64))  # (the subtraction rounds in dtype, as in the kernels)
-    tot = np.ones(4, dtype=dt)
+    tot = np.ones(heads, dtype=dt)
     call(P, np.empty(P.shape, dtype=np.float32), 1024, shift, tot)
     rel = np.abs(P[:1024] / want - 1)
     rel[5, 3] = 0
@@ -365,15 +368,17 @@ def test_exp_shifted_accuracy(dtype):
     assert (P[1024:] == 7.0).all()  # rows past m untouched
     np.testing.assert_allclose(tot, 1 + want.sum(0), rtol=1e-6)
 
+
 @pytest.mark.parametrize("cache", SCHEMES)
 @pytest.mark.parametrize("p", [0.0, 0.3])
 @pytest.mark.parametrize("heads, edge_dim", [(3, 2), (8, 2), (8, None)])
-def test_float32_kernels_match_float64_every_scheme(cache, p, heads, edge_dim):
+def test_float32_kernels_match_float64_every_scheme(cache, p, heads, edge_dim, monkeypatch):
     """The float32 kernels (their exps a vectorized polynomial, ``exp_shifted``; with 8
     heads its eight-head path, ``numba_kernels.HEADS8``) against the float64 ones
     (``math.exp``) with the same parameters and dropout mask, every caching scheme
     (the recomputing ones rerun the exps in backward), with and without edge
     features, and scores spread wide enough that some weights underflow to 0."""
+    eight_head_tier(monkeypatch, heads)
     ei, n = make_graph(seed=11)
     attr = torch.randn(ei.size(1), 2) if edge_dim else None
     torch.manual_seed(0)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .numba_kernels import chunk_degree, empty_array, gather_kernel, head_axpy, prefetch_gather, tiered_jit, tiered_kernel
 
@@ -270,6 +270,7 @@ def gat_backward_rows(dist, loop):
 
 @gather_kernel(operand=4, tiered=True)
 def gat_backward_cols(dist, loop):
+    unroll8 = loop is prange  # (the eight-head paths in parallel tiers only: see HEADS8)
     @njit(**tiered_jit(loop))
     def gat_backward_cols(ptr, idx, perm, chunks, Gt, alpha_d, dy, dd, a_src, a_dst, dM, ds):
         """Backward over source nodes (the transposed walk): ``ds`` and ``dL/dM``.
@@ -318,7 +319,7 @@ def gat_backward_cols(dist, loop):
                 acc[:] = 0
                 prefetch_gather(Gt, idx, lo, lo + m, dist)
                 for j in range(m):
-                    head_axpy(acc, Av, j, Gt, idx[lo + j])
+                    head_axpy(acc, Av, j, Gt, idx[lo + j], unroll8)
                 for h in range(H):
                     ds[c, h] = col[h]
                     dc = dd[c, h]

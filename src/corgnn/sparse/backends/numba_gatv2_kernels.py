@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .numba_gat_kernels import dropped_weights
 from .numba_kernels import chunk_degree, copy_row, empty_array, exp_shifted, gather_kernel, head_axpy, head_dots, prefetch_gather, tiered_jit
@@ -82,6 +82,7 @@ def _transposed(att):
 
 @gather_kernel(operand=4, tiered=True)
 def gatv2_forward_rows(dist, loop):
+    unroll8 = loop is prange  # (the eight-head paths in parallel tiers only: see HEADS8)
     @njit(**tiered_jit(loop))
     def gatv2_forward_rows(ptr, idx, perm, chunks, XLt, XRl, att, slope, thresh, scale, seed_lo, seed_hi, alpha, lse, out):
         """Scores, row softmax, attention dropout and semi-batched SpMM, fused.
@@ -138,12 +139,12 @@ def gatv2_forward_rows(dist, loop):
                     scores(XLt, idx[lo + j], XRt, att_t, slope, P, j)
                     for h in range(H):
                         mx[h] = max(mx[h], P[j, h])
-                exp_shifted(P, T, m, mx, tot)
+                exp_shifted(P, T, m, mx, tot, unroll8)
                 if drop:  # branch-free: a dropped entry adds zeros
                     dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, scale)
                 w = W if drop else P
                 for j in range(m):
-                    head_axpy(acc, w, j, XLt, idx[lo + j])
+                    head_axpy(acc, w, j, XLt, idx[lo + j], unroll8)
                 for h in range(H):
                     lse[i, h] = mx[h] + math.log(tot[h])
                     tot[h] = 1 / tot[h]
@@ -159,6 +160,7 @@ def gatv2_forward_rows(dist, loop):
 
 @gather_kernel(operand=5, tiered=True)
 def gatv2_backward_rows(dist, loop):
+    unroll8 = loop is prange  # (the eight-head paths in parallel tiers only: see HEADS8)
     @njit(**tiered_jit(loop))
     def gatv2_backward_rows(ptr, idx, perm, chunks, Gl, XLt, XRl, att, alpha, lse, slope, thresh, scale, seed_lo, seed_hi, alpha_w, de, dXR, datt):
         """Backward over destination rows: SDDMM, dropout and softmax backward, ``dXR``, ``da``.
@@ -206,7 +208,7 @@ def gatv2_backward_rows(dist, loop):
                 prefetch_gather(XLt, idx, lo, lo + m, dist)
                 for j in range(m):  # pass 1: scores (recomputing) and dalpha
                     c = idx[lo + j]
-                    head_dots(Gt, XLt, c, Gd, j)
+                    head_dots(Gt, XLt, c, Gd, j, unroll8)
                     if not cached:
                         scores(XLt, c, XRt, att_t, slope, P, j)
                 if cached:
@@ -217,7 +219,7 @@ def gatv2_backward_rows(dist, loop):
                 else:
                     for h in range(H):
                         shift[h] = lse[i, h]
-                    exp_shifted(P, T, m, shift, tot)
+                    exp_shifted(P, T, m, shift, tot, unroll8)
                     for j in range(m):
                         e = perm[lo + j] if has_perm else lo + j
                         for h in range(H):

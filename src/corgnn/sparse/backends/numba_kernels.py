@@ -113,7 +113,16 @@ AVX-512 CPU (its vector body needs 16 x 4 floats) and ran scalar; other head
 counts keep the loops. Same operations in the same order: equal results.
 Measured 2026-11-28 (Zen 4 VM, 2 threads, Flickr's shape, 8 heads of 8 channels,
 min of 7): the transformer's forward kernel 51 -> 38 ms, its backward row kernel
-51 -> 42 ms."""
+51 -> 42 ms.
+
+Each helper's last argument ``unroll8`` (a constant of the kernel's compilation:
+``loop is prange``) keeps these paths out of the serial first tiers
+(:class:`~.numba_warmup.Tier`), whose point is a short compile: the unrolled code
+doubled it (an ``optimize()``d 2-layer, 8-head ``TransformerConv``'s first training
+step with an empty Numba cache, Cora-sized graph: 7.2 s before these paths, 11.7-12.9
+s with them in every tier, 7.8-8.0 s with them in the parallel tiers only; Numba's
+compile of the three serial kernels 11.0 -> 7.3 s). Long runs tier up to the
+parallel kernels, which have them."""
 
 hook_compiles()  # (before any of corgnn's kernels compiles, whoever calls it first)
 
@@ -356,9 +365,9 @@ def _exp32(x):
 
 
 @njit(inline="always")
-def head_max(P, j, mx):
+def head_max(P, j, mx, unroll8):
     """``mx[h] = max(mx[h], P[j, h])`` over heads (eight: one vector, see HEADS8)."""
-    if mx.shape[0] == HEADS8:
+    if unroll8 and mx.shape[0] == HEADS8:
         m0, m1, m2, m3 = max(mx[0], P[j, 0]), max(mx[1], P[j, 1]), max(mx[2], P[j, 2]), max(mx[3], P[j, 3])
         m4, m5, m6, m7 = max(mx[4], P[j, 4]), max(mx[5], P[j, 5]), max(mx[6], P[j, 6]), max(mx[7], P[j, 7])
         mx[0], mx[1], mx[2], mx[3], mx[4], mx[5], mx[6], mx[7] = m0, m1, m2, m3, m4, m5, m6, m7
@@ -368,7 +377,7 @@ def head_max(P, j, mx):
 
 
 @njit(inline="always")
-def exp_shifted(P, T, m, shift, tot):
+def exp_shifted(P, T, m, shift, tot, unroll8):
     """``P[j, h] = exp(P[j, h] - shift[h])`` for ``j < m``; ``tot[h] +=`` their sum.
 
     P (deg, H) float; ``T`` a (deg, H) float32 scratch array (its bits are written
@@ -377,7 +386,7 @@ def exp_shifted(P, T, m, shift, tot):
     this small are 0 to float32 sums); float64 ``P`` calls ``math.exp``.
     """
     H = P.shape[1]
-    if P.itemsize == 4 and H == HEADS8:  # (eight heads: the same arithmetic in locals, one vector; see HEADS8)
+    if unroll8 and P.itemsize == 4 and H == HEADS8:  # (eight heads: the same arithmetic in locals, one vector; see HEADS8)
         h0, h1, h2, h3, h4, h5, h6, h7 = shift[0], shift[1], shift[2], shift[3], shift[4], shift[5], shift[6], shift[7]
         t0, t1, t2, t3, t4, t5, t6, t7 = tot[0], tot[1], tot[2], tot[3], tot[4], tot[5], tot[6], tot[7]
         for j in range(m):
@@ -460,7 +469,7 @@ def copy_row(Xl, i, Xt, scale=None):
 
 
 @njit(inline="always")
-def head_dots(Xt, Yt, c, out, j):
+def head_dots(Xt, Yt, c, out, j, unroll8):
     """``out[j, h] = sum_k Xt[k, h] * Yt[c, k, h]``: the per-head dot products of a
     ``(C, H)`` row with row ``c`` of a ``(n, C, H)`` array, vectorized over heads."""
     H = Xt.shape[1]
@@ -468,7 +477,7 @@ def head_dots(Xt, Yt, c, out, j):
         for h in range(H):
             out[j, h] = 0
         return
-    if H == HEADS8:  # (eight heads: the sums in locals, one vector; see HEADS8)
+    if unroll8 and H == HEADS8:  # (eight heads: the sums in locals, one vector; see HEADS8)
         s0, s1, s2, s3 = Xt[0, 0] * Yt[c, 0, 0], Xt[0, 1] * Yt[c, 0, 1], Xt[0, 2] * Yt[c, 0, 2], Xt[0, 3] * Yt[c, 0, 3]
         s4, s5, s6, s7 = Xt[0, 4] * Yt[c, 0, 4], Xt[0, 5] * Yt[c, 0, 5], Xt[0, 6] * Yt[c, 0, 6], Xt[0, 7] * Yt[c, 0, 7]
         for k in range(1, Xt.shape[0]):
@@ -484,9 +493,9 @@ def head_dots(Xt, Yt, c, out, j):
 
 
 @njit(inline="always")
-def head_axpy(acc, w, j, Yt, c):
+def head_axpy(acc, w, j, Yt, c, unroll8):
     """``acc[k, h] += w[j, h] * Yt[c, k, h]`` (acc (C, H)), vectorized over heads."""
-    if acc.shape[1] == HEADS8:  # (eight heads: each channel's loads before its stores, one vector; see HEADS8)
+    if unroll8 and acc.shape[1] == HEADS8:  # (eight heads: each channel's loads before its stores, one vector; see HEADS8)
         w0, w1, w2, w3, w4, w5, w6, w7 = w[j, 0], w[j, 1], w[j, 2], w[j, 3], w[j, 4], w[j, 5], w[j, 6], w[j, 7]
         for k in range(acc.shape[0]):
             a0, a1, a2, a3 = acc[k, 0] + w0 * Yt[c, k, 0], acc[k, 1] + w1 * Yt[c, k, 1], acc[k, 2] + w2 * Yt[c, k, 2], acc[k, 3] + w3 * Yt[c, k, 3]
@@ -499,10 +508,10 @@ def head_axpy(acc, w, j, Yt, c):
 
 
 @njit(inline="always")
-def head_axpy_shared(acc, w, j, Y, c):
+def head_axpy_shared(acc, w, j, Y, c, unroll8):
     """``acc[k, h] += w[j, h] * Y[c, k, 0]`` (acc (C, H)): :func:`head_axpy` of a row
     ``Y[c]`` shared by every head (``Y (n, C, 1)``)."""
-    if acc.shape[1] == HEADS8:  # (see HEADS8)
+    if unroll8 and acc.shape[1] == HEADS8:  # (see HEADS8)
         w0, w1, w2, w3, w4, w5, w6, w7 = w[j, 0], w[j, 1], w[j, 2], w[j, 3], w[j, 4], w[j, 5], w[j, 6], w[j, 7]
         for k in range(acc.shape[0]):
             g = Y[c, k, 0]
@@ -517,9 +526,9 @@ def head_axpy_shared(acc, w, j, Y, c):
 
 
 @njit(inline="always")
-def head_gather(out, j, X, e, s, scale):
+def head_gather(out, j, X, e, s, scale, unroll8):
     """``out[j, h] = X[e, s, h] * scale`` over heads (out (deg, H), X (q, S, H))."""
-    if out.shape[1] == HEADS8:  # (see HEADS8)
+    if unroll8 and out.shape[1] == HEADS8:  # (see HEADS8)
         v0, v1, v2, v3 = X[e, s, 0] * scale, X[e, s, 1] * scale, X[e, s, 2] * scale, X[e, s, 3] * scale
         v4, v5, v6, v7 = X[e, s, 4] * scale, X[e, s, 5] * scale, X[e, s, 6] * scale, X[e, s, 7] * scale
         out[j, 0], out[j, 1], out[j, 2], out[j, 3], out[j, 4], out[j, 5], out[j, 6], out[j, 7] = v0, v1, v2, v3, v4, v5, v6, v7
@@ -529,9 +538,9 @@ def head_gather(out, j, X, e, s, scale):
 
 
 @njit(inline="always")
-def head_scatter(X, e, s, src, j, sc):
+def head_scatter(X, e, s, src, j, sc, unroll8):
     """``X[e, s, h] = src[j, h] * sc[h]`` over heads (X (q, S, H), src (deg, H), sc (H,))."""
-    if src.shape[1] == HEADS8:  # (see HEADS8)
+    if unroll8 and src.shape[1] == HEADS8:  # (see HEADS8)
         v0, v1, v2, v3 = src[j, 0] * sc[0], src[j, 1] * sc[1], src[j, 2] * sc[2], src[j, 3] * sc[3]
         v4, v5, v6, v7 = src[j, 4] * sc[4], src[j, 5] * sc[5], src[j, 6] * sc[6], src[j, 7] * sc[7]
         X[e, s, 0], X[e, s, 1], X[e, s, 2], X[e, s, 3], X[e, s, 4], X[e, s, 5], X[e, s, 6], X[e, s, 7] = v0, v1, v2, v3, v4, v5, v6, v7
@@ -541,9 +550,9 @@ def head_scatter(X, e, s, src, j, sc):
 
 
 @njit(inline="always")
-def head_dot_add(D, A, B, j):
+def head_dot_add(D, A, B, j, unroll8):
     """``D[h] += A[j, h] * B[j, h]`` over heads (D (H,), A and B (deg, H))."""
-    if D.shape[0] == HEADS8:  # (see HEADS8)
+    if unroll8 and D.shape[0] == HEADS8:  # (see HEADS8)
         d0, d1, d2, d3 = D[0] + A[j, 0] * B[j, 0], D[1] + A[j, 1] * B[j, 1], D[2] + A[j, 2] * B[j, 2], D[3] + A[j, 3] * B[j, 3]
         d4, d5, d6, d7 = D[4] + A[j, 4] * B[j, 4], D[5] + A[j, 5] * B[j, 5], D[6] + A[j, 6] * B[j, 6], D[7] + A[j, 7] * B[j, 7]
         D[0], D[1], D[2], D[3], D[4], D[5], D[6], D[7] = d0, d1, d2, d3, d4, d5, d6, d7
@@ -553,11 +562,11 @@ def head_dot_add(D, A, B, j):
 
 
 @njit(inline="always")
-def head_softmax_backward(Gd, P, j, D, out, e, scale):
+def head_softmax_backward(Gd, P, j, D, out, e, scale, unroll8):
     """The softmax backward of entry ``j`` over heads: ``v = P[j, h] * (Gd[j, h] -
     D[h])`` (``P`` the attention, ``Gd`` its gradient, ``D`` the row's ``sum_e P_e
     Gd_e``) written to ``out[e, 0, h]``, and ``Gd[j, h] = v * scale``."""
-    if D.shape[0] == HEADS8:  # (see HEADS8)
+    if unroll8 and D.shape[0] == HEADS8:  # (see HEADS8)
         v0, v1, v2, v3 = P[j, 0] * (Gd[j, 0] - D[0]), P[j, 1] * (Gd[j, 1] - D[1]), P[j, 2] * (Gd[j, 2] - D[2]), P[j, 3] * (Gd[j, 3] - D[3])
         v4, v5, v6, v7 = P[j, 4] * (Gd[j, 4] - D[4]), P[j, 5] * (Gd[j, 5] - D[5]), P[j, 6] * (Gd[j, 6] - D[6]), P[j, 7] * (Gd[j, 7] - D[7])
         out[e, 0, 0], out[e, 0, 1], out[e, 0, 2], out[e, 0, 3], out[e, 0, 4], out[e, 0, 5], out[e, 0, 6], out[e, 0, 7] = v0, v1, v2, v3, v4, v5, v6, v7

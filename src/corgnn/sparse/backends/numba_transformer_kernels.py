@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .numba_gat_kernels import dropped_weights
 from .numba_kernels import (
@@ -47,6 +47,7 @@ COMPILE_WITH_SLP = True
 
 @gather_kernel(operand=5, tiered=True)
 def dot_attention_forward_rows(dist, loop):
+    unroll8 = loop is prange  # (the eight-head paths in parallel tiers only: see HEADS8)
     @njit(**tiered_jit(loop))
     def dot_attention_forward_rows(ptr, idx, perm, chunks, Ql, Kt, Vt, Qe, attr, scale, thresh, dscale, seed_lo, seed_hi, lse, alpha, out, Ae):
         """Scores, row softmax, attention dropout and aggregation, fused.
@@ -113,7 +114,7 @@ def dot_attention_forward_rows(dist, loop):
                 acc[:] = 0
                 prefetch_gather(Kt, idx, lo, lo + m, dist)
                 for j in range(m):
-                    head_dots(Qt, Kt, idx[lo + j], P, j)
+                    head_dots(Qt, Kt, idx[lo + j], P, j, unroll8)
                     if has_edge:
                         e = perm[lo + j] if has_perm else lo + j
                         for h in range(H):
@@ -121,14 +122,14 @@ def dot_attention_forward_rows(dist, loop):
                             for f in range(F):
                                 s += Qe[i, h, f] * attr[e, f]
                             P[j, h] += s * scale
-                    head_max(P, j, mx)
-                exp_shifted(P, T, m, mx, tot)
+                    head_max(P, j, mx, unroll8)
+                exp_shifted(P, T, m, mx, tot, unroll8)
                 if drop:  # branch-free: a dropped entry adds zeros
                     dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, dscale)
                 w = W if drop else P
                 prefetch_gather(Vt, idx, lo, lo + m, dist)
                 for j in range(m):
-                    head_axpy(acc, w, j, Vt, idx[lo + j])
+                    head_axpy(acc, w, j, Vt, idx[lo + j], unroll8)
                     if has_edge:
                         e = perm[lo + j] if has_perm else lo + j
                         for h in range(H):
@@ -144,12 +145,13 @@ def dot_attention_forward_rows(dist, loop):
                             Ae[i, h, f] *= tot[h]
                 if want_alpha:
                     for j in range(m):
-                        head_scatter(alpha, perm[lo + j] if has_perm else lo + j, 0, P, j, tot)
+                        head_scatter(alpha, perm[lo + j] if has_perm else lo + j, 0, P, j, tot, unroll8)
     return dot_attention_forward_rows
 
 
 @gather_kernel(operand=6, tiered=True)
 def dot_attention_backward_rows(dist, loop):
+    unroll8 = loop is prange  # (the eight-head paths in parallel tiers only: see HEADS8)
     @njit(**tiered_jit(loop))
     def dot_attention_backward_rows(ptr, idx, perm, chunks, G, Ql, Kt, Vt, Qe, Ge, attr, alpha, lse, scale, thresh, dscale, seed_lo, seed_hi, ea, dQ, dQe, dattr):
         """Backward over destination rows: SDDMM, dropout and softmax backward, ``dQ``.
@@ -224,11 +226,11 @@ def dot_attention_backward_rows(dist, loop):
                 for j in range(m):
                     c = idx[lo + j]
                     e = perm[lo + j] if has_perm else lo + j
-                    head_dots(Gt, Vt, c, Gd, j)
+                    head_dots(Gt, Vt, c, Gd, j, unroll8)
                     if cached:
-                        head_gather(P, j, alpha, e, 0, one)
+                        head_gather(P, j, alpha, e, 0, one, unroll8)
                     else:
-                        head_dots(Qt, Kt, c, P, j)
+                        head_dots(Qt, Kt, c, P, j, unroll8)
                     if has_edge:
                         for h in range(H):
                             s = zero
@@ -240,18 +242,18 @@ def dot_attention_backward_rows(dist, loop):
                             if not cached:
                                 P[j, h] += s * scale
                 if not cached:
-                    exp_shifted(P, T, m, shift, tot)
+                    exp_shifted(P, T, m, shift, tot, unroll8)
                 if drop:  # dalpha and the dropped attention
                     dropped_weights(Gd, Gd, m, perm, lo, seed_lo, seed_hi, thresh, dscale)
                     dropped_weights(P, W, m, perm, lo, seed_lo, seed_hi, thresh, dscale)
                 for h in range(H):
                     D[h] = zero
                 for j in range(m):
-                    head_dot_add(D, P, Gd, j)
+                    head_dot_add(D, P, Gd, j, unroll8)
                 for j in range(m):
                     e = perm[lo + j] if has_perm else lo + j
                     if not (has_edge or drop or two):  # (the common case: de alone, every head in one vector)
-                        head_softmax_backward(Gd, P, j, D, ea, e, scale)
+                        head_softmax_backward(Gd, P, j, D, ea, e, scale, unroll8)
                         continue
                     if has_edge:
                         for f in range(F):
@@ -271,7 +273,7 @@ def dot_attention_backward_rows(dist, loop):
                         Gd[j, h] = v * scale
                 prefetch_gather(Kt, idx, lo, lo + m, dist)
                 for j in range(m):
-                    head_axpy(acc, Gd, j, Kt, idx[lo + j])
+                    head_axpy(acc, Gd, j, Kt, idx[lo + j], unroll8)
                 for h in range(H):
                     for k in range(C):
                         dQ[i, h, k] = acc[k, h]
@@ -280,6 +282,7 @@ def dot_attention_backward_rows(dist, loop):
 
 @gather_kernel(operand=5, tiered=True)
 def dot_attention_backward_cols(dist, loop):
+    unroll8 = loop is prange  # (the eight-head paths in parallel tiers only: see HEADS8)
     @njit(**tiered_jit(loop))
     def dot_attention_backward_cols(ptr, idx, perm, chunks, Gt, Qt, ea, alpha, scale, dK, dV):
         """Backward over source nodes (the transposed walk): ``dK`` and ``dV``.
@@ -338,19 +341,19 @@ def dot_attention_backward_cols(dist, loop):
                         prefetch_gather(alpha, perm, lo, lo + m, dist)
                 for j in range(m):
                     e = perm[lo + j] if has_perm else lo + j
-                    head_gather(Ed, j, ea, e, 0, scale)
-                    head_gather(Ea, j, ad, e, slot, one)
+                    head_gather(Ed, j, ea, e, 0, scale, unroll8)
+                    head_gather(Ea, j, ad, e, slot, one, unroll8)
                 accK[:] = 0
                 accV[:] = 0
                 prefetch_gather(Gt, idx, lo, lo + m, dist)
                 prefetch_gather(Qt, idx, lo, lo + m, dist)
                 for j in range(m):
                     i = idx[lo + j]
-                    head_axpy(accK, Ed, j, Qt, i)
+                    head_axpy(accK, Ed, j, Qt, i, unroll8)
                     if per_head:
-                        head_axpy(accV, Ea, j, Gt, i)
+                        head_axpy(accV, Ea, j, Gt, i, unroll8)
                     else:
-                        head_axpy_shared(accV, Ea, j, Gt, i)
+                        head_axpy_shared(accV, Ea, j, Gt, i, unroll8)
                 for h in range(H):
                     for k in range(C):
                         dK[c, h, k] = accK[k, h]
