@@ -93,6 +93,21 @@ other line (relying on the adjacent-line prefetcher) was slower at every D. On t
 idle machine, without vs with D = 32: 3.47 / 13.1 / 56.5 vs 3.23 / 6.4 / 35.4 ms.
 Details in ``benchmarks/README.md`` ("Issue 12, lever 3").
 """
+PREFETCH_LOCALITY = 2
+"""``llvm.prefetch``'s locality of :func:`prefetch_gather` (3: into L1,
+``prefetcht0``; 2: into L2, ``prefetcht1``).
+
+Measured 2026-11-28 (AMD Zen 4 VM, 2 threads, min of 7-15 calls, fresh processes
+alternating, the same kernels otherwise): 3 -> 2 took the transformer's attention
+kernels on Flickr's shape (89k nodes, 893k entries, 8 heads of 8 channels) from
+38.6 / 41.4 / 50.9 ms (forward / backward rows / backward columns) to 23.5-25.3 /
+25.5-25.8 / 25.4-25.8 ms, and the CSR SpMM on the OGB-Arxiv stand-in at f = 64 / 256
+from 30.2-30.7 / 130-138 ms to 22.9-23.7 / 95-97 ms (Flickr's: 7.9-8.7 / 78-80 ->
+5.8-6.1 / 53-55 ms; f = 16 within the noise, 4.5-5.5 ms either way). Every
+prefetched row is read by this thread a few entries later; into L1, the ~32 rows in
+flight (8 lines each in the attention kernels) evicted each other and the data being
+summed from its 32 KB; L2 (1 MB here) holds them. Distances 16 and 64 read the same
+as 32 with locality 2."""
 PREFETCH_MIN_BYTES = 4 * 2**20
 """Gathered operands up to this size (bytes) are not prefetched: they live in the
 per-core caches, where the prefetch instructions only cost issue slots (measured on
@@ -189,8 +204,8 @@ def empty_array(typingctx, shape, like):
 
 @intrinsic
 def _prefetch(typingctx, arr, row, offset):
-    """``llvm.prefetch`` (read, high locality, data cache) of the byte at ``offset``
-    in row ``row`` of ``arr`` (address ``data + row * strides[0] + offset``).
+    """``llvm.prefetch`` (read, locality :data:`PREFETCH_LOCALITY`, data cache) of the
+    byte at ``offset`` in row ``row`` of ``arr`` (address ``data + row * strides[0] + offset``).
 
     A hint: it never faults (an address past the array is ignored by the CPU) and
     never changes a result; LLVM drops it on targets without a prefetch instruction.
@@ -210,7 +225,7 @@ def _prefetch(typingctx, arr, row, offset):
         addr = builder.gep(builder.bitcast(ary.data, i8p), [byte])
         i32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0")
-        builder.call(fn, [addr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        builder.call(fn, [addr, ir.Constant(i32, 0), ir.Constant(i32, PREFETCH_LOCALITY), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen
