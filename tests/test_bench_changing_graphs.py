@@ -1,5 +1,6 @@
 """``corgnn bench changing-graphs``: the quick preset's grid at tiny sizes writes every
-case for both variants, the two variants compute the same outputs, and the output
+case for both variants (and the no-aggregation bound of the mini-batch cases), the two
+variants compute the same outputs, and the output
 check and failure handling work. No timing assertions."""
 
 from __future__ import annotations
@@ -30,26 +31,32 @@ def test_quick_grid_at_tiny_size(tmp_path):
     steady = [r for r in rows if r["model"] != "first-call"]
     # every case of the quick grid (PubMed and the Arxiv stand-in sampled), both variants, one total row each
     got = {(r["model"], r["dataset"].split(" (")[0], r["variant"]) for r in steady}
-    want = {(m, d, v) for m in cg.POOL_MODELS for d in ["molecules"] for v in cg.VARIANTS}
-    want |= {(m, d, v) for m in cg.SAMPLED_MODELS for d in ["PubMed", "OGB-Arxiv"] for v in cg.VARIANTS}
-    want |= {(m, "Cora", v) for m in cg.CORA_MODELS for v in cg.VARIANTS}
+    want = {(m, d, v) for m in cg.POOL_MODELS for d in ["molecules"] for v in cg.VARIANTS}  # (with the no-aggregation bound)
+    want |= {(m, d, v) for m in cg.SAMPLED_MODELS for d in ["PubMed", "OGB-Arxiv"] for v in cg.PAIR}
+    want |= {(m, "Cora", v) for m in cg.CORA_MODELS for v in cg.PAIR}
     assert got == want and len(steady) == len(want)
     assert {r["model"] for r in rows} == CASES
     for r in steady:
         assert r["phase"] == "total" and r["reps"] == cg.BATCHES_PER_ROUND["quick"] and r["median_ms"] > 0 and r["spread_ms"] >= 0
         assert r["n"] > 0 and r["q"] > 0 and r["peak_mem_bytes"] > 0 and r["setup_s"] >= 0
         assert r["batch"] == (0 if r["model"] in cg.CORA_MODELS else 6) and r["hidden"] == (6 if r["model"] in cg.CORA_MODELS else cg.HIDDEN)
-        # the comparison is fair: same outputs on the same input and parameters
-        assert r["max_rel_diff"] < 1e-4 and (r["variant"] == "corgnn" or r["max_rel_diff"] == 0)
+        # the comparison is fair: same outputs on the same input and parameters (the bound is another model)
+        if r["variant"] == cg.BOUND:
+            assert r["model"] in cg.POOL_MODELS and math.isnan(r["max_rel_diff"])
+        else:
+            assert r["max_rel_diff"] < 1e-4 and (r["variant"] == "corgnn" or r["max_rel_diff"] == 0)
     assert {r["dataset"] for r in steady if r["model"] in cg.SAMPLED_MODELS} == {"PubMed (real graph, synthetic features)", "OGB-Arxiv (synthetic)"}
     first = [r for r in rows if r["model"] == "first-call"]
     assert sorted((r["variant"], r["phase"]) for r in first) == [("corgnn", "import"), ("corgnn", "total"), ("pyg", "import"), ("pyg", "total")]
     assert all(r["median_ms"] > 0 and r["batch"] == 6 for r in first)
     ratios = cg.speedups(rows)
-    assert len(ratios) == len(want) // 2 + 1 and all(math.isfinite(v) and v > 0 for v in ratios.values())
+    cases = {(m, d) for m, d, _ in want}
+    assert len(ratios) == len(cases) + 1 and all(math.isfinite(v) and v > 0 for v in ratios.values())
     summary = (out / "summary.md").read_text()
     for label in ratios:
         assert label in summary
+    bounds = [line for line in summary.splitlines() if line.startswith("| GIN+add-pool") or line.startswith("| GCN+mean-pool")]
+    assert len(bounds) == 2 and all(line.split(" | ")[7] not in ("-", "nan") for line in bounds)  # the bound column is filled
     assert "Geometric mean speed-up" in summary and "First call of a fresh process" in summary
     assert (out / "changing_graphs_speedup.png").stat().st_size > 0
 
@@ -115,5 +122,29 @@ def test_workload_inputs_are_new_graphs_each_round():
     assert torch.equal(w.inputs(2, 0)[1][1], a[1][1])  # seeded
     with pytest.raises(ValueError, match="variants"):
         cg.compare(w, ["dgl"], Settings(), k=1)
+    with pytest.raises(ValueError, match="variants"):  # the bound is a mini-batch case's only
+        cg.compare(cg.workload(CellSpec("gcn-explain", "pyg", 8, dataset="Cora"), _Run()), [cg.BOUND], Settings(), k=1)
     with pytest.raises(ValueError, match="model"):
         cg.workload(CellSpec("mlp", "pyg", 8), _Run())
+
+
+@pytest.mark.parametrize("model", ["gin-pool", "gcn-pool"])
+def test_no_aggregation_bound_is_the_model_without_message_passing(model):
+    """The bound's model keeps the parameters and drops only the aggregation: on a
+    graph without edges GIN's and GCN's aggregations are the identity (a GCN node
+    without neighbours keeps its own features, normalised by 1), so both models agree
+    there and differ once edges exist."""
+    from corgnn.bench.workloads import without_aggregation
+
+    w = cg.workload(CellSpec(model, "pyg", 8, batch=3), _Run())
+    torch.manual_seed(0)
+    m = w.build()
+    bound = without_aggregation(m)
+    assert all(p is not q and torch.equal(p, q) for p, q in zip(m.parameters(), bound.parameters()))
+    x, ei, batch, _ = w.inputs(1, 0)[0]
+    empty = ei[:, :0]
+    with torch.no_grad():
+        torch.testing.assert_close(bound(x, ei, batch), m(x, empty, batch))
+        assert not torch.allclose(bound(x, ei, batch), m(x, ei, batch))
+    with pytest.raises(TypeError, match="convs"):
+        without_aggregation(torch.nn.Linear(2, 2))

@@ -745,6 +745,89 @@ def test_non_finite_features_are_refused_from_the_caller_not_from_activations():
     assert torch.isnan(layer(act, ei)).any()
 
 
+class _NanInside(torch.nn.Module):
+    """Two GCNConv layers with a NaN made between them (the model's own arithmetic)."""
+
+    def __init__(self):
+        from torch_geometric.nn import GCNConv as PygGCNConv
+
+        super().__init__()
+        self.conv1, self.conv2 = PygGCNConv(4, 8), PygGCNConv(8, 3)
+        self.poison = False
+
+    def forward(self, x, edge_index):
+        h = self.conv1(x, edge_index).relu()
+        if self.poison:
+            h = h.clone()
+            h[0, 0] = float("nan")
+        return self.conv2(h, edge_index)
+
+
+@pytest.mark.parametrize("pass_as", ["args", "data"])
+def test_an_optimized_model_scans_its_callers_tensors_not_its_activations_under_no_grad(pass_as):
+    """Inside an optimize()d model's forward only the tensors its caller passed are
+    scanned for NaN/Inf (as a tensor with a grad_fn never was): under no_grad an
+    activation with a NaN runs through as in PyG, a NaN in the caller's x (also in a
+    PyG Data object) is refused naming x; the scope is left also after an exception."""
+    from torch_geometric.data import Data
+
+    import corgnn._validate as V
+
+    torch.manual_seed(0)
+    ref = _NanInside()
+    model = corgnn.optimize(copy.deepcopy(ref) if pass_as == "args" else _DataModel(copy.deepcopy(ref))).train(False)
+    ei = torch.randint(0, 10, (2, 30))
+    x = torch.randn(10, 4)
+    inner = model if pass_as == "args" else model.inner
+
+    def call(x):
+        return model(x, ei) if pass_as == "args" else model(Data(x=x, edge_index=ei))
+
+    inner.poison = ref.poison = True
+    with torch.no_grad():
+        out, want = call(x), ref(x, ei)
+    assert torch.isnan(out).any() and torch.equal(torch.isnan(out), torch.isnan(want))  # (PyG's NaNs, no error)
+    bad = x.clone()
+    bad[3, 2] = float("nan")
+    inner.poison = False
+    with torch.no_grad(), pytest.raises(ValueError, match="x contains 1 NaN"):
+        call(bad)
+    assert V._SCOPE.inputs == []  # (left on the exception)
+    with torch.no_grad(), pytest.raises(ValueError, match="x contains 80 NaN"):
+        inner.conv2(torch.full((10, 8), float("nan")), ei)  # a layer called alone: its caller's data
+
+
+class _DataModel(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, data):
+        return self.inner(data.x, data.edge_index)
+
+
+def test_the_model_scope_hooks_survive_copies_and_are_installed_once():
+    import pickle
+
+    import corgnn._validate as V
+
+    model = corgnn.optimize(_NanInside())
+    assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1
+    corgnn.optimize(model)
+    assert len(model._forward_pre_hooks) == 1  # (a second optimize adds none)
+    ei = torch.randint(0, 10, (2, 30))
+    x = torch.randn(10, 4)
+    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert len(twin._forward_pre_hooks) == 1
+        with torch.no_grad():
+            torch.testing.assert_close(twin(x, ei), model(x, ei))
+    assert V._input_ids((x, [ei, None], {"w": x}, 3), {"k": None}) == frozenset({id(x), id(ei)})
+    assert V._input_ids((object(),), {}) is None  # (unknown contents: every tensor counts as the caller's)
+    plain = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    corgnn.optimize(plain)
+    assert not plain._forward_pre_hooks  # (no layer replaced: the model is left alone)
+
+
 def test_a_dense_sample_rules_out_the_sparse_feature_count_only_for_dense_features():
     from corgnn.nn.base import SPARSE_FEATURE_DENSITY, dense_sample_rules_out
 

@@ -13,6 +13,7 @@ import warnings
 
 from torch import nn
 
+from ._validate import ModelInputs
 from .nn.base import CorgnnConv, is_lazy
 from .sparse.torch_sparse import from_torch_sparse
 
@@ -62,6 +63,11 @@ def optimize(module: nn.Module, *, sparse_input_dropout: bool = True) -> nn.Modu
     hooks registered on the layer module itself, and give the same outputs and
     gradients. A layer object used at several places (a shared module) gets one
     replacement used at all of them.
+
+    The model gets a forward pre-hook and an always-called forward hook
+    (:class:`corgnn._validate.ModelInputs`): inside its forward the layers scan for
+    NaN/Inf only the tensors its caller passed, not the activations it computes
+    (PyG scans none; with a ``grad_fn`` they were never scanned).
 
     Not carried: state-dict hooks on the layer, hooks on its submodules (``lin``),
     other attributes set on the layer object. A layer using an option corgnn does not
@@ -146,6 +152,8 @@ def optimize(module: nn.Module, *, sparse_input_dropout: bool = True) -> nn.Modu
     if top is not None:
         return top
     walk(module)
+    if any(kept is not new for kept, new in memo.values()) or deferred:
+        ModelInputs.install(module)  # (NaN/Inf scans for the caller's tensors only: corgnn._validate)
     if sparse_input_dropout:
         from .fx import rewrite_input_dropout
 

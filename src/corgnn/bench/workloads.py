@@ -25,7 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-__all__ = ["random_molecules", "PoolGCN", "PoolGIN", "NodeGCN", "NodeSAGE", "first_call", "first_call_script", "MOLECULE_FEATURES"]
+__all__ = ["random_molecules", "PoolGCN", "PoolGIN", "TransformOnly", "without_aggregation", "NodeGCN", "NodeSAGE", "first_call", "first_call_script", "MOLECULE_FEATURES"]
 
 MOLECULE_FEATURES = 16
 """Node feature width of :func:`random_molecules`."""
@@ -98,6 +98,43 @@ class PoolGIN(torch.nn.Module):
         for conv in self.convs:
             x = conv(x, edge_index).relu()
         return self.lin(global_add_pool(x, batch))
+
+
+class TransformOnly(torch.nn.Module):
+    """A message-passing layer's feature transform without its aggregation:
+    ``nn(x)`` of a ``GINConv``, ``lin(x) + bias`` of a ``GCNConv`` (same parameter
+    objects); forward ``(x (n, in), edge_index ignored) -> (n, out)``. What a layer
+    would cost if message passing were free: the bound of ``corgnn bench
+    changing-graphs`` (:func:`without_aggregation`)."""
+
+    def __init__(self, conv: torch.nn.Module):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index=None):
+        conv = self.conv
+        if isinstance(getattr(conv, "nn", None), torch.nn.Module):
+            return conv.nn(x)
+        out = conv.lin(x)
+        return out if conv.bias is None else out + conv.bias
+
+
+def without_aggregation(model: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of a :class:`PoolGCN` / :class:`PoolGIN` whose layers are
+    :class:`TransformOnly`: the model's time without message passing (its MLPs,
+    activations, pooling, loss and optimizer step only), so ``PyG / this`` bounds the
+    speed-up any aggregation kernel can give it.
+
+    Raises:
+        TypeError: ``model`` has no ``convs`` list.
+    """
+    import copy
+
+    if not isinstance(getattr(model, "convs", None), torch.nn.ModuleList):
+        raise TypeError(f"model must have a convs ModuleList (PoolGCN, PoolGIN), got {type(model).__name__}")
+    out = copy.deepcopy(model)
+    out.convs = torch.nn.ModuleList(TransformOnly(c) for c in out.convs)
+    return out
 
 
 class NodeGCN(torch.nn.Module):

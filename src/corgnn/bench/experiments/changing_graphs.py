@@ -60,14 +60,19 @@ import torch.nn.functional as F
 from .. import report
 from ..harness import Timing, gc_paused, geomean, track_peak
 from ..spec import CellSpec, ExperimentSpec
-from ..workloads import MOLECULE_FEATURES, NodeGCN, NodeSAGE, PoolGCN, PoolGIN, first_call_script, random_molecules
+from ..workloads import MOLECULE_FEATURES, NodeGCN, NodeSAGE, PoolGCN, PoolGIN, first_call_script, random_molecules, without_aggregation
 from .common import missing_md
 
-__all__ = ["SPEC", "NAME", "VARIANTS", "FANOUTS", "HIDDEN", "workload", "compare", "Workload", "measure"]
+__all__ = ["SPEC", "NAME", "VARIANTS", "PAIR", "BOUND", "FANOUTS", "HIDDEN", "workload", "compare", "Workload", "measure"]
 
 NAME = "changing-graphs"
-VARIANTS = ("pyg", "corgnn")
-"""``pyg``: the PyG model as written; ``corgnn``: ``corgnn.optimize`` of a deep copy."""
+BOUND = "no-aggregation"
+VARIANTS = ("pyg", "corgnn", BOUND)
+"""``pyg``: the PyG model as written; ``corgnn``: ``corgnn.optimize`` of a deep copy;
+``no-aggregation`` (mini-batch cases only): the PyG model without message passing
+(:func:`~corgnn.bench.workloads.without_aggregation`), whose time bounds what any
+aggregation kernel can save: ``PyG / no-aggregation`` is the speed-up corgnn would
+reach if its message passing, graph build included, cost nothing."""
 MOLECULES = "molecules"
 HIDDEN = 64
 """Hidden width of the mini-batch and sampled cases."""
@@ -77,6 +82,8 @@ BATCHES_PER_ROUND = {"full": 8, "quick": 4, "tiny": 2}
 FIRST_CALL_REPS = {"full": 3, "quick": 1, "tiny": 1}
 FIRST_CALL_GRAPHS = 128
 _CHECK_ROUND = 1 << 20  # round ids of the check and warm-up inputs (timed rounds count from 0)
+PAIR = VARIANTS[:2]
+"""The variants of every case (the bound is measured for the mini-batch cases only)."""
 POOL_MODELS = ("gcn-pool", "gin-pool")
 SAMPLED_MODELS = ("gcn-sampled", "sage-sampled")
 CORA_MODELS = ("gcn-infer", "gcn-explain")
@@ -89,17 +96,17 @@ def cells(dataset: str, sizes):
                 for v in VARIANTS:
                     yield CellSpec(model, v, HIDDEN, batch=b)
         b = FIRST_CALL_GRAPHS if FIRST_CALL_GRAPHS in sizes else min(sizes)
-        for v in VARIANTS:
+        for v in PAIR:
             yield CellSpec("first-call", v, HIDDEN, batch=b)
     elif dataset == "Cora":
         for h in sizes:
             for model in CORA_MODELS:
-                for v in VARIANTS:
+                for v in PAIR:
                     yield CellSpec(model, v, h)
     else:
         for b in sizes:
             for model in SAMPLED_MODELS:
-                for v in VARIANTS:
+                for v in PAIR:
                     yield CellSpec(model, v, HIDDEN, batch=b)
 
 
@@ -339,9 +346,10 @@ def compare(w: Workload, variants, settings, k: int, seed: int = 0, device=torch
     """
     from ...interop import optimize
 
-    bad = [v for v in variants if v not in VARIANTS]
+    allowed = VARIANTS if isinstance(w, PoolBatches) else PAIR
+    bad = [v for v in variants if v not in allowed]
     if bad:
-        raise ValueError(f"changing-graphs variants are {VARIANTS}, got {bad}")
+        raise ValueError(f"changing-graphs variants of this case are {allowed}, got {bad}")
 
     def to(inp):
         return tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in inp)
@@ -349,12 +357,15 @@ def compare(w: Workload, variants, settings, k: int, seed: int = 0, device=torch
     torch.manual_seed(seed)
     base = w.build().to(device)
     models = {"pyg": base, "corgnn": optimize(copy.deepcopy(base))}
-    states = {v: w.prepare(models[v]) for v in VARIANTS}
+    if BOUND in variants:
+        models[BOUND] = without_aggregation(base)
+    states = {v: w.prepare(m) for v, m in models.items()}
     check = to(w.inputs(1, _CHECK_ROUND)[0])
     with torch.no_grad():
-        outs = {v: w.output(models[v], states[v], w.own(check)) for v in VARIANTS}
+        outs = {v: w.output(models[v], states[v], w.own(check)) for v in PAIR}
     scale = outs["pyg"].abs().max().clamp_min(1e-12)
-    diff = {v: float((outs[v] - outs["pyg"]).abs().max() / scale) for v in VARIANTS}
+    diff = {v: float((outs[v] - outs["pyg"]).abs().max() / scale) for v in PAIR}
+    diff[BOUND] = math.nan  # (another model: nothing to compare)
     res = {v: Result(Timing(), diff[v], 0.0, 0.0) for v in variants}
     warm = [to(i) for i in w.inputs(settings.warmup + int(settings.memory), _CHECK_ROUND + 1)]
     for v in variants:
@@ -491,16 +502,26 @@ def summary(rows) -> str:
         body = []
         for (model, ds, b, h), v in steady.items():
             any_row = next(iter(v.values()))
-            p, c = v.get("pyg"), v.get("corgnn")
+            p, c, f = v.get("pyg"), v.get("corgnn"), v.get(BOUND)
             ratio = p["median_ms"] / c["median_ms"] if p and c else math.nan
+            bound = report.fmt(p["median_ms"] / f["median_ms"], 2) if p and f else "-"
             diff = c.get("max_rel_diff") if c else None
-            body.append([case_label(any_row), f"{any_row['n']} / {any_row['q']}", h, _ms(p), _ms(c), report.fmt(ratio, 2), _mib(p), _mib(c), "-" if diff is None else f"{diff:.1e}"])
+            body.append([
+                case_label(any_row), f"{any_row['n']} / {any_row['q']}", h, _ms(p), _ms(c), report.fmt(ratio, 2), _ms(f), bound, _mib(p), _mib(c),
+                "-" if diff is None else f"{diff:.1e}",
+            ])
         ratios = [p["pyg"]["median_ms"] / p["corgnn"]["median_ms"] for p in steady.values() if "pyg" in p and "corgnn" in p]
         parts.append(
             "PyG's model vs the same after `corgnn.optimize(copy.deepcopy(model))`, a new graph (or new edge weights) every call; "
             "ms per step, median (IQR) over interleaved rounds; speed-up = PyG / corgnn (> 1: corgnn faster); "
-            "max rel diff = largest |corgnn - PyG| / max |PyG| of the outputs on the same input and parameters:\n\n"
-            + report.md_table(["case", "nodes / edges per call", "hidden", "PyG ms", "corgnn ms", "speed-up", "PyG peak MiB", "corgnn peak MiB", "max rel diff"], body)
+            "max rel diff = largest |corgnn - PyG| / max |PyG| of the outputs on the same input and parameters; "
+            "no-aggregation ms = the PyG model without message passing (mini-batch cases: its MLPs, activations, pooling, loss and "
+            "optimizer step only) and bound = PyG / no-aggregation, the speed-up corgnn would reach if its message passing, "
+            "graph build included, cost nothing:\n\n"
+            + report.md_table(
+                ["case", "nodes / edges per call", "hidden", "PyG ms", "corgnn ms", "speed-up", "no-aggregation ms", "bound", "PyG peak MiB", "corgnn peak MiB", "max rel diff"],
+                body,
+            )
             + (f"\n\nGeometric mean speed-up over these cases: **{geomean(ratios):.2f}x**." if ratios else "")
         )
     first = {k: v for k, v in pairs.items() if k[0] == "first-call"}
