@@ -219,7 +219,8 @@ class ModelInputs:
 class _EnterModel:
     def __call__(self, module, args, kwargs):
         if not torch.compiler.is_compiling():
-            _SCOPE.inputs.append(_input_ids(args, kwargs))
+            # (with autograd on, the activations that matter carry a grad_fn: no list needed)
+            _SCOPE.inputs.append(None if torch.is_grad_enabled() else _input_ids(args, kwargs))
 
 
 class _LeaveModel:
