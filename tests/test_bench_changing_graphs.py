@@ -17,7 +17,7 @@ from corgnn.bench.harness import Settings
 from corgnn.bench.spec import CellSpec
 from corgnn.cli import main
 
-CASES = {"gcn-pool", "gin-pool", "gcn-sampled", "sage-sampled", "gcn-infer", "gcn-explain", "first-call"}
+CASES = {"gcn-pool", "gin-pool", "gcn-pool-eval", "gin-pool-eval", "gcn-sampled", "sage-sampled", "gcn-infer", "gcn-explain", "first-call"}
 
 
 def test_quick_grid_at_tiny_size(tmp_path):
@@ -56,7 +56,7 @@ def test_quick_grid_at_tiny_size(tmp_path):
     for label in ratios:
         assert label in summary
     bounds = [line for line in summary.splitlines() if line.startswith("| GIN+add-pool") or line.startswith("| GCN+mean-pool")]
-    assert len(bounds) == 2 and all(line.split(" | ")[7] not in ("-", "nan") for line in bounds)  # the bound column is filled
+    assert len(bounds) == 4 and all(line.split(" | ")[7] not in ("-", "nan") for line in bounds)  # the bound column is filled
     assert "Geometric mean speed-up" in summary and "First call of a fresh process" in summary
     assert (out / "changing_graphs_speedup.png").stat().st_size > 0
 
@@ -114,6 +114,16 @@ def test_a_failing_case_is_a_missing_point(tmp_path, monkeypatch):
     assert {r["model"] for r in rows} == set(cg.CORA_MODELS)
 
 
+def test_eval_pool_cases_run_no_grad_forwards_in_eval_mode():
+    w = cg.workload(CellSpec("gin-pool-eval", "pyg", 8, batch=3), _Run())
+    m = w.build()
+    assert w.prepare(m) is None and not m.training
+    before = [p.detach().clone() for p in m.parameters()]
+    w.step(m, None, w.inputs(1, 0)[0])
+    assert all(p.grad is None for p in m.parameters()) and all(torch.equal(a, p) for a, p in zip(before, m.parameters()))
+    assert cg.case_label({"model": "gin-pool-eval", "batch": 3, "dataset": "molecules"}) == "GIN+add-pool eval, 3 graphs"
+
+
 def test_workload_inputs_are_new_graphs_each_round():
     w = cg.workload(CellSpec("gcn-pool", "pyg", 8, batch=3), _Run())
     a, b = w.inputs(2, 0), w.inputs(2, 1)
@@ -128,7 +138,7 @@ def test_workload_inputs_are_new_graphs_each_round():
         cg.workload(CellSpec("mlp", "pyg", 8), _Run())
 
 
-@pytest.mark.parametrize("model", ["gin-pool", "gcn-pool"])
+@pytest.mark.parametrize("model", ["gin-pool", "gcn-pool-eval"])
 def test_no_aggregation_bound_is_the_model_without_message_passing(model):
     """The bound's model keeps the parameters and drops only the aggregation: on a
     graph without edges GIN's and GCN's aggregations are the identity (a GCN node

@@ -9,6 +9,8 @@ Cases (``model`` column; the models are in :mod:`corgnn.bench.workloads`):
                    random graphs (15-35 nodes, ``Batch.from_data_list``), training
                    steps (forward, cross entropy, backward, Adam)
 ``gin-pool``       5 x GINConv (2-layer MLP) + global_add_pool, the same batches
+``*-pool-eval``    the same two models in eval mode, ``torch.no_grad()`` forwards on
+                   the same kind of batches (a test loader's loop)
 ``gcn-sampled``    2-layer GCN on neighbour-sampled subgraphs (``batch`` seed nodes,
                    fanouts :data:`FANOUTS`, :func:`corgnn.sampling.sample_neighbors`
                    in NeighborLoader's layout) of PubMed's real graph and the
@@ -84,7 +86,7 @@ FIRST_CALL_GRAPHS = 128
 _CHECK_ROUND = 1 << 20  # round ids of the check and warm-up inputs (timed rounds count from 0)
 PAIR = VARIANTS[:2]
 """The variants of every case (the bound is measured for the mini-batch cases only)."""
-POOL_MODELS = ("gcn-pool", "gin-pool")
+POOL_MODELS = ("gcn-pool", "gin-pool", "gcn-pool-eval", "gin-pool-eval")
 SAMPLED_MODELS = ("gcn-sampled", "sage-sampled")
 CORA_MODELS = ("gcn-infer", "gcn-explain")
 
@@ -156,7 +158,8 @@ class Workload:
 
 
 class PoolBatches(Workload):
-    """``gcn-pool`` / ``gin-pool``: mini-batches of ``graphs`` random small graphs."""
+    """``gcn-pool`` / ``gin-pool`` (``*-eval``: no-grad forwards in eval mode):
+    mini-batches of ``graphs`` random small graphs."""
 
     def __init__(self, model: str, graphs: int, hidden: int, seed: int, tiny: bool):
         self.model, self.graphs, self.hidden, self.seed = model, graphs, hidden, seed
@@ -164,7 +167,18 @@ class PoolBatches(Workload):
         self.synthetic, self.m, self.out = True, MOLECULE_FEATURES, 2
 
     def build(self):
-        return (PoolGCN if self.model == "gcn-pool" else PoolGIN)(self.m, self.hidden, self.out)
+        return (PoolGCN if self.model.startswith("gcn-pool") else PoolGIN)(self.m, self.hidden, self.out)
+
+    @property
+    def evaluating(self) -> bool:
+        """``*-pool-eval``: eval mode, ``torch.no_grad()`` forwards (a test loader's loop)."""
+        return self.model.endswith("-eval")
+
+    def prepare(self, model):
+        if self.evaluating:
+            model.eval()
+            return None
+        return super().prepare(model)
 
     def inputs(self, k, round_):
         from torch_geometric.data import Batch
@@ -175,6 +189,10 @@ class PoolBatches(Workload):
 
     def step(self, model, opt, inp):
         x, ei, batch, y = inp
+        if self.evaluating:
+            with torch.no_grad():
+                model(x, ei, batch)
+            return
         opt.zero_grad()
         F.cross_entropy(model(x, ei, batch), y).backward()
         opt.step()
@@ -464,6 +482,8 @@ def case_label(r: dict) -> str:
     return {
         "gcn-pool": f"GCN+mean-pool, {r['batch']} graphs",
         "gin-pool": f"GIN+add-pool, {r['batch']} graphs",
+        "gcn-pool-eval": f"GCN+mean-pool eval, {r['batch']} graphs",
+        "gin-pool-eval": f"GIN+add-pool eval, {r['batch']} graphs",
         "gcn-sampled": f"GCN, {ds} sampled, {r['batch']} seeds",
         "sage-sampled": f"SAGE, {ds} sampled, {r['batch']} seeds",
         "gcn-infer": f"GCN inference, {ds}, fresh edge_index",
