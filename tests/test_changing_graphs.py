@@ -806,6 +806,31 @@ class _DataModel(torch.nn.Module):
         return self.inner(data.x, data.edge_index)
 
 
+def test_a_stream_of_activations_in_an_optimized_model_skips_the_per_tensor_bookkeeping(monkeypatch):
+    """Under no_grad, once a layer's input stream is known too dense, an activation of
+    the running optimize()d model gets no fingerprint, slot search or insertion (only
+    the recount every DENSE_RECOUNT-th tensor does), while the caller's x still does;
+    outputs stay PyG's."""
+    import corgnn.nn.base as base
+
+    torch.manual_seed(0)
+    ref = _NanInside().eval()
+    model = corgnn.optimize(copy.deepcopy(ref)).eval()
+    ei = torch.randint(0, 10, (2, 30))
+    R = base.DENSE_RECOUNT
+    with torch.no_grad():
+        for _ in range(3 * R):
+            model(torch.randn(10, 4), ei)
+        counted = []
+        real = base.tensor_state
+        monkeypatch.setattr(base, "tensor_state", lambda t: counted.append(t.size(1)) or real(t))
+        for _ in range(R):
+            x = torch.randn(10, 4)
+            torch.testing.assert_close(model(x, ei), ref(x, ei))
+    assert counted.count(4) == R  # the caller's x: every call
+    assert counted.count(8) == 1  # conv2's activations: the recount only
+
+
 def test_the_model_scope_hooks_survive_copies_and_are_installed_once():
     import pickle
 

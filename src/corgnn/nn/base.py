@@ -19,7 +19,7 @@ from torch import nn
 from torch_geometric.nn.conv import MessagePassing
 
 from .._cache import Uncopied, tensor_state
-from .._validate import check_features, check_finite, check_float_dtype
+from .._validate import check_features, check_finite, check_float_dtype, computed_in_model
 from ..graph import Graph
 from ..sparse.formats import CSR, SparseFormat, ptr_from_sorted
 from ..sparse.torch_sparse import from_torch_sparse
@@ -154,12 +154,29 @@ class FeatureCache(FeatureCheck):
     subgraph's rows of ~10 %-dense features), is counted only every
     :data:`DENSE_RECOUNT` th tensor once :data:`DENSE_RECOUNT` in a row were so: the
     others use the dense path without a count (a sparse tensor in such a stream is
-    converted from the next recount on; the dense path is exact either way)."""
+    converted from the next recount on; the dense path is exact either way). "Not
+    worth converting" includes a tensor for which even no non-zeros would not pay.
+    Inside an ``optimize()``d model's forward under ``torch.no_grad``, a tensor the
+    model computed skips the per-tensor bookkeeping too while its stream is known
+    too dense (:meth:`__call__`)."""
 
     def __init__(self):
         super().__init__()
         self.last_conversion = None
         self._dense_run = 0  # new tensors in a row (a stream) found too dense to convert
+
+    def __call__(self, x: torch.Tensor, num_nodes: int, channels: int, width: int | None = None, training: bool = True):
+        # NOTE (issue 21): in a long stream of too-dense new tensors (derive's first
+        # branch), a tensor the running optimize()d model computed (an activation
+        # under no_grad: corgnn._validate.ModelInputs) gets derive's answer without
+        # the per-tensor bookkeeping (its fingerprint, the slot search, eviction and
+        # insertion: ~5 us a layer and call on a mini-batch); only its shape is checked.
+        run = self._dense_run
+        if run >= DENSE_RECOUNT and run % DENSE_RECOUNT and width is not None and self.previous_seen_once and computed_in_model(x):
+            check_features("x", x, num_nodes, channels)
+            self._dense_run = run + 1
+            return None
+        return super().__call__(x, num_nodes, channels, width, training)
 
     def derive(self, x: torch.Tensor, width: int | None, training: bool) -> "CSR | None":
         if x.requires_grad or not x.numel():
@@ -184,6 +201,7 @@ class FeatureCache(FeatureCheck):
             at = rounded_size(n)
             if not plan_feature_conversion(at, m, 0, width, training=training, uses=1).convert:
                 self.last_conversion = plan_feature_conversion(at, m, int(limit * at / n), width, training=training, uses=1)
+                self._dense_run += 1  # (a stream of such tensors counts as too dense: rechecked every DENSE_RECOUNT-th)
                 return None
         ptr = None if dense_sample_rules_out(x, limit) else row_pointer(x)
         nnz = None if ptr is None else int(ptr[-1])
