@@ -145,10 +145,10 @@ def check_features(name: str, x, num_nodes: int, channels: int | None = None) ->
 # ------------------------------------------ the tensors a caller passed to its model
 # NOTE (issue 21): under ``torch.no_grad`` (evaluation, inference) the activations a
 # model computes carry no ``grad_fn``, so without more to go on every layer's input
-# looked like the caller's data and was scanned for NaN/Inf: ~30 us a layer inside a
-# GIN's evaluation loop on 32 small graphs (~160 us of its ~1.4 ms forward, measured
-# 2026-11-29, 2-core VM, one process, scanned and unscanned models alternating),
-# where PyG scans none. ``optimize()`` therefore marks its model's forward
+# looked like the caller's data and was scanned for NaN/Inf: ~160 us of a ~1.4 ms GIN
+# evaluation forward on 32 small graphs with every layer's scan removed, and 55-100 us
+# less with this scope (the caller's x still scanned; measured 2026-11-29, 2-core VM,
+# one process, hooked and unhooked models alternating), where PyG scans none. ``optimize()`` therefore marks its model's forward
 # (:class:`ModelInputs`): inside it, only the tensors the caller passed are scanned.
 
 
@@ -198,12 +198,13 @@ def _input_ids(args: tuple, kwargs: dict) -> frozenset | None:
 
 class ModelInputs:
     """What :func:`corgnn.optimize` puts on the model it returns: a forward pre-hook
-    (``enter``) and an always-called forward hook (``leave``, also on an exception)
-    bracketing each forward, so that :func:`check_features` scans for NaN/Inf the
+    and an always-called forward hook (run also on an exception) bracketing each
+    forward, so that :func:`check_features` scans for NaN/Inf the
     tensors the caller passed and not the activations the model computes (as it
     already skips those with a ``grad_fn``): the forward's tensor arguments (also
     inside lists, tuples, dicts and PyG data objects) are recorded by identity for
-    the duration. A layer called outside such a forward scans its input as before.
+    the duration (with autograd on nothing is recorded: activations then carry a
+    ``grad_fn``). A layer called outside such a forward scans its input as before.
     Plain callables of a module-level class: a model carrying them pickles and
     deep-copies. Inactive while ``torch.compile`` traces."""
 
