@@ -285,6 +285,7 @@ def _op_samples():
     return {
         "spmm_rows": [(ptr, idx, None, csr.val, r(m, f)), (tptr, tidx, tperm, csr.val, r(n, f)), (ptr, idx, None, vals3, r(m, H, f)), (ptr, idx, None, None, r(m, f)), (tptr, tidx, tperm, csr.val, r(n, f), r(f))],
         "spmm_scatter_rows": [(ptr, idx, None, csr.val, r(n, f), m), (tptr, tidx, tperm, csr.val, r(m, f), n), (ptr, idx, None, None, r(n, f), m)],
+        "spmm_coo": [(row, col, val, n, r(m, f)), (col, row, None, m, r(n, f)), (row, col, None, n, r(m, H, f))],
         "spmm_ell": [(ell.col, ell.lengths, ell.values_padded(), r(m, f)), (ell.col, ell.lengths, None, r(m, H, f))],
         "spmm_hybrid": [(hyb.head.rowptr, hyb.head.col, hyb.tail.row, hyb.tail.col, hyb.val, r(m, f))],
         "sddmm_rows": [(ptr, idx, None, csr.val, r(n, f), r(m, f)), (tptr, tidx, tperm, None, r(m, H, f), r(n, H, f))],
@@ -330,8 +331,8 @@ def test_opcheck(name, backend):
     assert set(samples) == set(L.OPS), "every custom op needs an opcheck sample"
     with use_backend(backend):
         if not L.can_run(name, *samples[name][0]):
-            assert (name, backend) == ("spmm_scatter_rows", "triton")  # (a CPU-cache op: see test_spmm_scatter_path)
-            pytest.skip("Triton does not implement spmm_scatter_rows (ops.spmm runs the transposed walk on a GPU)")
+            assert backend == "triton" and name in ("spmm_scatter_rows", "spmm_coo")  # (CPU ops: see test_spmm_scatter_path, COO.spmm_kernel)
+            pytest.skip(f"Triton does not implement {name} (a GPU runs the transposed walk / the torch backend's index_add_)")
         for args in samples[name]:
             torch.library.opcheck(L.OPS[name], args)
 

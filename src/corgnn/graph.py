@@ -211,6 +211,8 @@ class Graph:
         self.sparse_input = None  # (kind, layout) when built from a sparse adjacency
         self._cache: dict = {}
         self._unweighted: "Graph | None" = None
+        self._rent: dict = {}  # matrix key -> rent paid scattering over its edge list (s)
+        self.last_setup = None  # the latest corgnn.cost.setup.BuildPlan
 
     def _edges(self) -> torch.Tensor:
         """``edge_index`` for building a matrix, after checking it was not edited in
@@ -237,7 +239,7 @@ class Graph:
         """A Graph of these (validated) edges with ``edge_weight`` and empty caches."""
         g = Graph.__new__(Graph)
         g.__dict__.update(self.__dict__)
-        g.edge_weight, g._cache, g._unweighted = edge_weight, {}, None
+        g.edge_weight, g._cache, g._unweighted, g._rent = edge_weight, {}, None, {}
         return g
 
     def with_edge_weight(self, edge_weight: torch.Tensor | None) -> "Graph":
@@ -420,7 +422,7 @@ class Graph:
     # -------------------------------------------------- aggregation adjacency
     def aggr_adjacency(
         self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True, diagonal: bool = False, format: str = "csr",
-        diagonal_value: float = 0.0,
+        diagonal_value: float = 0.0, columns: int | None = None,
     ) -> SparseFormat:
         """Matrix ``A`` of PyG's message passing without self-loops or normalisation:
         ``(A X)_i`` is the ``aggr`` ("sum"/"add" or "mean") over the edges ``j -> i`` of
@@ -439,6 +441,14 @@ class Graph:
         pattern, ``c`` summed into existing self-loops; elsewhere the pattern's values
         plus ``c`` on its diagonal).
 
+        ``columns`` (the width of the product the caller runs next; None: always the
+        built matrix): a CSR not built yet on CPU is first rented, not bought: the
+        graph hands out its **edge list** (an unsorted COO of the edges in their
+        order, rows = targets, then one diagonal entry per node with ``diagonal``,
+        :meth:`edge_list`), until the time the built matrix would have saved
+        reaches its build's (:func:`corgnn.cost.setup.plan_build`, counted per
+        matrix: ``last_setup`` holds the latest decision); from then on the CSR.
+
         Raises:
             ValueError: ``aggr`` not "sum", "add" or "mean".
         """
@@ -447,6 +457,10 @@ class Graph:
         ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
         n = self.num_nodes
         c = float(diagonal_value) if diagonal else 0.0
+        if columns is not None and format == "csr":
+            edges = self._rented(key + (("diagonal-value", c),) if c != 0.0 else key, columns, lambda: self._edge_list(aggr, dtype, ew, diagonal, c))
+            if edges is not None:
+                return edges
 
         def built(loops: int):
             return self._built(ew, dtype, loops=loops, fill=c, norm=build.NORM_MEAN if aggr == "mean" else build.NORM_NONE)
@@ -477,18 +491,60 @@ class Graph:
                 csr = self._cache[key] = CSR.from_coo(ei[1], ei[0], w, (n, n), coalesce=True)
         return self._format(key, csr, format)
 
-    def diagonal_mask(self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True) -> torch.Tensor:
+    def diagonal_mask(self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True, matrix: SparseFormat | None = None) -> torch.Tensor:
         """``(nnz,)`` of ``dtype``: 1 at the diagonal entries of
         :meth:`aggr_adjacency` ``(aggr, diagonal=True)`` (CSR entry order), 0 elsewhere,
         cached (GIN's ``A + (1 + eps) I`` is that matrix's values plus ``1 + eps``
-        times this)."""
-        A = self.aggr_adjacency(aggr, dtype=dtype, weighted=weighted, diagonal=True)
+        times this). ``matrix``: the matrix of those options this graph handed out,
+        the CSR or the edge list (whose mask marks the appended diagonal entries, not
+        the edges that are self-loops: those keep their own value)."""
         key = ("aggr", "sum" if aggr == "add" else aggr, dtype, bool(weighted and self.edge_weight is not None), True, "diagonal")
+        rented = self._cache.get(("edges",) + key[:-1])
+        if matrix is not None and rented is not None and rented[0] is matrix:
+            return rented[1]
+        A = self.aggr_adjacency(aggr, dtype=dtype, weighted=weighted, diagonal=True)
         mask = self._cache.get(key)
         if mask is None:
             coo = A.to_coo()
             mask = self._cache[key] = (coo.row == coo.col).to(dtype)
         return mask
+
+    def _rented(self, key, columns: int, make):
+        """The edge list of matrix ``key`` (``make()``, kept) while renting it pays
+        (module docstring of :mod:`corgnn.cost.setup`), else None (build ``key``)."""
+        if key in self._cache or self.device.type != "cpu":
+            return None
+        from .cost.setup import plan_build
+
+        rented = self._cache.get(("edges",) + key)
+        if rented is None:
+            rented = self._cache[("edges",) + key] = make()
+        plan = plan_build(rented[0].nnz, columns, paid_s=self._rent.get(key, 0.0), products=2 if torch.is_grad_enabled() else 1, threads=torch.get_num_threads())
+        self.last_setup = plan
+        if plan.build:
+            del self._cache[("edges",) + key]
+            return None
+        self._rent[key] = plan.rent_s
+        return rented[0]
+
+    def _edge_list(self, aggr: str, dtype: torch.dtype, ew: torch.Tensor | None, diagonal: bool, c: float):
+        """``(A, diagonal mask)``: :meth:`aggr_adjacency`'s matrix as an unsorted COO of
+        the edges in their order (rows = targets: views of ``edge_index``), with
+        ``diagonal`` one entry ``(i, i)`` per node after them, valued ``c``; values
+        None for an all-ones matrix. The mask (None without ``diagonal``) is 1 at the
+        appended entries."""
+        from .sparse.formats import COO
+
+        ei, n, q = self._edges(), self.num_nodes, self.num_edges
+        w = None if aggr == "sum" and ew is None else aggr_edge_weights(ei, ew, n, aggr, dtype)
+        row, col, mask = ei[1], ei[0], None
+        if diagonal:
+            loops = torch.arange(n, device=ei.device)
+            row, col = torch.cat([row, loops]), torch.cat([col, loops])
+            if w is not None or c != 1.0:
+                w = torch.cat([torch.ones(q, dtype=dtype) if w is None else w, torch.full((n,), c, dtype=dtype)])
+            mask = torch.cat([torch.zeros(q, dtype=dtype), torch.ones(n, dtype=dtype)])
+        return COO(row, col, w, (n, n), check=False), mask
 
     # ---------------------------------------------------------- GAT adjacency
     def gat_adjacency(self, *, add_self_loops: bool = True, format: str = "csr") -> SparseFormat:

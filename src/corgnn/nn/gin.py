@@ -227,13 +227,16 @@ class GINConv(CorgnnConv):
     def sparse_features_allowed(self) -> bool:
         return self._slot() is not None
 
-    def adjacency(self, graph: Graph, dtype: torch.dtype, diagonal_value: float = 0.0):
+    def adjacency(self, graph: Graph, dtype: torch.dtype, diagonal_value: float = 0.0, columns: int | None = None):
         """The pattern of ``A + I`` with ``A``'s values plus ``diagonal_value`` on the
         diagonal (``A + c I``; the diagonal of a node without a self-loop is ``c``),
         cached on ``graph``; ``A`` holds the stored values of a ``torch.sparse``
-        adjacency (as PyG's ``spmm(adj_t, x)``), else ones."""
+        adjacency (as PyG's ``spmm(adj_t, x)``), else ones. With ``columns`` (the
+        product's width) a graph not built yet may hand out its edge list instead
+        (:meth:`corgnn.Graph.aggr_adjacency`)."""
         return graph.aggr_adjacency(
             "sum", dtype=dtype, weighted=sparse_values_weigh(graph), diagonal=True, format=self.format, diagonal_value=diagonal_value,
+            columns=columns,
         )
 
     def _constant_eps(self, mask: torch.Tensor | None) -> float | None:
@@ -260,7 +263,7 @@ class GINConv(CorgnnConv):
                 w = w * graph.edge_weight.detach().to(val.dtype)
             val = entry_values(A, graph.edge_index, w)
         if self.format == "csr":
-            diag = graph.diagonal_mask("sum", dtype=val.dtype, weighted=sparse_values_weigh(graph))
+            diag = graph.diagonal_mask("sum", dtype=val.dtype, weighted=sparse_values_weigh(graph), matrix=A)
         else:
             diag = self._diag(A)  # (another format's entry order)
         return val + (1 + self.eps.to(val.dtype)) * diag
@@ -301,10 +304,13 @@ class GINConv(CorgnnConv):
                 "propagate to them; use torch_geometric.nn.GINConv, or detach the adjacency's values"
             )
         c = self._constant_eps(mask)
+        # (the product's width, for the graph's setup plan; an explain mask's values
+        # follow the built matrix's entries: no edge list then)
+        columns = None if mask is not None else dense.size(1) if dense is not None else self.in_channels
         if c is not None:  # A + (1 + eps) I: a constant of the graph, its own values
-            A, values = self.adjacency(graph, dtype, c), None
+            A, values = self.adjacency(graph, dtype, c, columns), None
         else:
-            A = self.adjacency(graph, dtype)
+            A = self.adjacency(graph, dtype, columns=columns)
             values = self._values(A, graph, mask)
         slot = self._slot()
         net = submodule(self, "nn")

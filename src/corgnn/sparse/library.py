@@ -24,6 +24,7 @@ op                          computes (``B``/``C``/``M`` 2-D ``(rows, f)`` or sem
 ==========================  ==============================================================
 ``spmm_rows``               ``out[i] = sum_{w in row i} val[perm[w]] B[idx[w]] (+ bias)``
 ``spmm_scatter_rows``       ``A^T B`` by ``A``'s rows: ``out[idx[w]] += val[perm[w]] B[i]`` (2-D)
+``spmm_coo``                unsorted COO: ``out[row[e]] += val[e] B[col[e]]`` (no row plan)
 ``spmm_ell``                ELLPACK: ``out[i] = sum_{s < lengths[i]} V[i, s] B[col[i, s]]``
 ``spmm_hybrid``             CSR part rows, then the row-sorted COO part added in
 ``sddmm_rows``              ``out[perm[w]] = val[perm[w]] <B[i], C[idx[w]]>``
@@ -65,6 +66,7 @@ from .dispatch import run, select
 __all__ = [
     "spmm_rows",
     "spmm_scatter_rows",
+    "spmm_coo",
     "spmm_ell",
     "spmm_hybrid",
     "sddmm_rows",
@@ -173,6 +175,7 @@ def _decompose(case_of, name, mode, op, types, args, kwargs):
 # fakes and docstrings live there, shared with the backends).
 spmm_rows = _register(KERNEL_OPS["spmm_rows"])
 spmm_scatter_rows = _register(KERNEL_OPS["spmm_scatter_rows"])
+spmm_coo = _register(KERNEL_OPS["spmm_coo"])
 spmm_ell = _register(KERNEL_OPS["spmm_ell"])
 spmm_hybrid = _register(KERNEL_OPS["spmm_hybrid"])
 sddmm_rows = _register(KERNEL_OPS["sddmm_rows"])

@@ -139,6 +139,13 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
                 return launch(B, bias)
         return L.spmm_rows(ptr, idx, perm, val_walked, B, bias)
     name, args = own
+    if key is not None:  # (the format's kernel bound once per matrix, direction and values, as the row kernel)
+        key += (name,)
+        hit = A.plans.get(key)
+        if hit is None or hit[0]() is not val or hit[1] != values_version(val):
+            hit = A.plans[key] = (_NO_VALUES if val is None else weakref.ref(val), values_version(val), L.bind(name, *args, B))
+        if hit[2] is not None:
+            return hit[2](B, bias)
     out = getattr(L, name)(*args, B)
     return out if bias is None else out.add_(bias)
 

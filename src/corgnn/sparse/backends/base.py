@@ -114,6 +114,20 @@ def _(ptr, idx, perm, val, B, cols):
     return _out_rows(B, cols)
 
 
+@_op(4)
+def spmm_coo(row: Tensor, col: Tensor, val: Tensor | None, rows: int, B: Tensor) -> Tensor:
+    """``out[row[e]] += val[e] B[col[e]]`` over COO entries in any order (an unsorted
+    COO, e.g. an ``edge_index`` in edge order), ``out (rows,) + B.shape[1:]`` zeroed
+    first; ``val (nnz,)`` or None (ones), one value per entry for every head of a
+    3-D ``B``. No row plan is read or built: the product of a matrix used a few times
+    only (:meth:`corgnn.sparse.COO.spmm_kernel`)."""
+
+
+@_fake_of(spmm_coo)
+def _(row, col, val, rows, B):
+    return _out_rows(B, rows)
+
+
 @_op(3)
 def spmm_ell(col: Tensor, lengths: Tensor, V: Tensor | None, B: Tensor) -> Tensor:
     ...

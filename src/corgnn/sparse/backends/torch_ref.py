@@ -112,6 +112,13 @@ class TorchBackend(Backend):
             val = val[: row.numel()] if perm is None else val.index_select(0, perm)
         return _spmm(idx, row, val, B, cols).to(dt)  # (A^T: rows and columns swapped)
 
+    def spmm_coo(self, row, col, val, rows, B):
+        dt = B.dtype
+        val, B = _f32(val, B)
+        if val is not None and B.dim() == 3:  # (one value per entry for every head)
+            val = val.unsqueeze(1).expand(-1, B.size(1))
+        return _spmm(row, col, val, B, rows).to(dt)
+
     def spmm_ell(self, col, lengths, V, B):
         dt = B.dtype
         V, B = _f32(V, B)

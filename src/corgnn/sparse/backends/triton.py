@@ -51,9 +51,10 @@ class TritonBackend(Backend):
     float32/float64 and bfloat16/float16 (accumulated in float32)."""
 
     name = "triton"
-    ops = tuple(op for op in OP_NAMES if op != "spmm_scatter_rows")
+    ops = tuple(op for op in OP_NAMES if op not in ("spmm_scatter_rows", "spmm_coo"))
     """(``A^T B`` by ``A``'s rows pays off through CPU caches; a GPU runs the transposed
-    walk, ``spmm_rows``, and :mod:`corgnn.sparse.ops` asks for it on CPU only)"""
+    walk, ``spmm_rows``, and :mod:`corgnn.sparse.ops` asks for it on CPU only; an
+    unsorted COO's scatter runs on the ``torch`` backend there, ``index_add_`` as PyG)"""
 
     def unavailable(self) -> str | None:
         if importlib.util.find_spec("triton") is None:

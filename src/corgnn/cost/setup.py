@@ -1,0 +1,112 @@
+"""Whether a graph's propagation matrix is worth building: the setup cost in the plan.
+
+A layer multiplies by its graph's matrix ``A`` (rows = targets, columns = sources).
+On a new graph two ways are open (CPU):
+
+* **build** ``A`` as a CSR (:meth:`corgnn.Graph.aggr_adjacency`: a counting sort in one
+  pass, the walk of ``A^T`` for the backward, bound kernels), then run each product
+  on the parallel row kernel;
+* **scatter** over the graph's **edge list** as it came (an unsorted COO whose
+  transpose is its two index arrays swapped: no build, no sort), one product at a
+  time (``spmm_coo``).
+
+Which pays depends on how often the matrix will be used, which a graph cannot know
+when it is new: a mini-batch's graph serves one forward and one backward product per
+layer and is gone; a full-batch graph serves every epoch. So the plan is the rent-
+or-buy rule (the "ski rental" problem): a graph scatters, and counts the time the
+row kernel would have saved (its *rent*, :func:`scatter_rent_s`), until that rent
+reaches the price of the build (:func:`build_s`); it then builds, once. A graph used
+on and on pays at most the build twice over; one used a few times never builds.
+On the small graphs of mini-batch training the scatter is as fast as the row kernel
+(the rent is zero): they never build.
+
+Times in seconds, from per-entry and per-entry-and-column rates measured with
+corgnn's Numba kernels (the NOTEs below); ``threads`` is the thread count the row
+kernel splits over (``torch.get_num_threads()``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["BuildPlan", "scatter_s", "rows_s", "build_s", "scatter_rent_s", "plan_build"]
+
+# NOTE (measured 2026-11-29 on the 2-core CI-type VM, min of 9 runs, mini-batches of
+# 32 / 128 / 512 / 2048 molecule graphs, 4k / 17k / 68k / 270k entries with the
+# diagonal, 16 and 64 columns): the scatter (spmm_coo) on one thread took 14 / 53 /
+# 201 / 787 us at 16 columns and 31 / 113 / 451 / 3796 at 64, split over two (each
+# task reads every entry, adds its own rows': the per-entry part stays) 10 / 29 us at
+# 16 columns and 18 / 75 at 64 (32 / 128 graphs); the parallel row kernel (spmm_rows,
+# 2 threads) 24 / 70 / 143 / 541 and 34 / 60 / 204 / 1219; the CSR build of the graph
+# (validation included) 58 / 140 / 459 / 7050 us. Fitted below; the build's fixed
+# part is what a new matrix costs in the training loop beyond the build kernel (the
+# transposed walk, the bound launchers: ~150 us a batch there). A 5-layer GIN
+# trained on batches of 128 graphs ran 1.08x PyG when the plan modelled the scatter
+# on one thread (its matrix built at the third layer of each batch), 1.20x with
+# the build never paying (the same process, alternating).
+_SCATTER_FIXED_S = 3e-6
+_SCATTER_ENTRY_S = 1.3e-9
+_SCATTER_ENTRY_COLUMN_THREAD_S = 0.085e-9
+_ROWS_FIXED_S = 15e-6
+_ROWS_ENTRY_S = 1.2e-9
+_ROWS_ENTRY_COLUMN_THREAD_S = 0.06e-9  # (one thread's rate: divided by the thread count)
+_BUILD_FIXED_S = 150e-6
+_BUILD_ENTRY_S = 6e-9
+
+
+def scatter_s(nnz: int, columns: int, threads: int) -> float:
+    """Seconds of one scatter product (``spmm_coo``) of ``nnz`` entries and ``columns``
+    dense columns, its output rows split over ``threads``."""
+    return _SCATTER_FIXED_S + nnz * (_SCATTER_ENTRY_S + columns * _SCATTER_ENTRY_COLUMN_THREAD_S / max(1, threads))
+
+
+def rows_s(nnz: int, columns: int, threads: int) -> float:
+    """Seconds of one product on a built matrix (the row kernel over ``threads``)."""
+    return _ROWS_FIXED_S + nnz * (_ROWS_ENTRY_S + columns * _ROWS_ENTRY_COLUMN_THREAD_S / max(1, threads))
+
+
+def build_s(nnz: int) -> float:
+    """Seconds of building a graph's CSR of ``nnz`` entries, its transposed walk and
+    launchers included."""
+    return _BUILD_FIXED_S + nnz * _BUILD_ENTRY_S
+
+
+def scatter_rent_s(nnz: int, columns: int, threads: int, products: int = 1) -> float:
+    """What ``products`` scatter products cost beyond the row kernel's (never below 0:
+    where the scatter is faster, scattering costs nothing to keep)."""
+    return products * max(0.0, scatter_s(nnz, columns, threads) - rows_s(nnz, columns, threads))
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """The decision for one product on a graph whose matrix is not built.
+
+    Attributes:
+        build: build the matrix now (True) or scatter over the edge list.
+        rent_s: the rent paid so far, this product's included (seconds).
+        price_s: the build's price (seconds).
+    """
+
+    build: bool
+    rent_s: float
+    price_s: float
+
+    def line(self) -> str:
+        """One line for ``corgnn explain``."""
+        what = "build the CSR" if self.build else "scatter over the edge list"
+        return f"graph setup: {what} (rent so far {self.rent_s * 1e6:.0f} us of a {self.price_s * 1e6:.0f} us build)"
+
+
+def plan_build(nnz: int, columns: int, *, paid_s: float, products: int, threads: int) -> BuildPlan:
+    """Rent or buy for the next use of a graph's matrix of ``nnz`` entries: a product
+    of ``columns`` dense columns, ``products`` times (2 when a backward will multiply
+    by ``A^T`` too), after ``paid_s`` seconds of rent already paid on this matrix.
+
+    Raises:
+        ValueError: a negative ``nnz``, ``columns``, ``products`` or ``paid_s``.
+    """
+    if min(nnz, columns, products) < 0 or paid_s < 0:
+        raise ValueError(f"plan_build: nnz, columns, products and paid_s must be >= 0, got {nnz}, {columns}, {products}, {paid_s}")
+    rent = paid_s + scatter_rent_s(nnz, columns, threads, products)
+    price = build_s(nnz)
+    return BuildPlan(rent >= price, rent, price)
