@@ -6,8 +6,9 @@ import torch
 
 from ._cache import ContentCache, SharedCache, Uncopied, tensor_state
 from ._validate import check_edge_index, check_edge_weight, validate_compressed
+from .cost.setup import BuildPlan, build_s, scatter_rent_s
 from .sparse import build
-from .sparse.formats import CSR, SparseFormat, values_version
+from .sparse.formats import COO, CSR, SparseFormat, values_version
 from .sparse.registry import convert
 
 __all__ = [
@@ -211,8 +212,7 @@ class Graph:
         self.sparse_input = None  # (kind, layout) when built from a sparse adjacency
         self._cache: dict = {}
         self._unweighted: "Graph | None" = None
-        self._rent: dict = {}  # matrix key -> rent paid scattering over its edge list (s)
-        self.last_setup = None  # the latest corgnn.cost.setup.BuildPlan
+        self.last_setup = None  # the latest corgnn.cost.setup.BuildPlan (rent or buy) of an edge list
 
     def _edges(self) -> torch.Tensor:
         """``edge_index`` for building a matrix, after checking it was not edited in
@@ -239,7 +239,7 @@ class Graph:
         """A Graph of these (validated) edges with ``edge_weight`` and empty caches."""
         g = Graph.__new__(Graph)
         g.__dict__.update(self.__dict__)
-        g.edge_weight, g._cache, g._unweighted, g._rent = edge_weight, {}, None, {}
+        g.edge_weight, g._cache, g._unweighted, g.last_setup = edge_weight, {}, None, None
         return g
 
     def with_edge_weight(self, edge_weight: torch.Tensor | None) -> "Graph":
@@ -446,8 +446,8 @@ class Graph:
         graph hands out its **edge list** (an unsorted COO of the edges in their
         order, rows = targets, then one diagonal entry per node with ``diagonal``,
         :meth:`edge_list`), until the time the built matrix would have saved
-        reaches its build's (:func:`corgnn.cost.setup.plan_build`, counted per
-        matrix: ``last_setup`` holds the latest decision); from then on the CSR.
+        reaches its build's (:mod:`corgnn.cost.setup`, counted per matrix:
+        ``last_setup`` holds the latest state); from then on the CSR.
 
         Raises:
             ValueError: ``aggr`` not "sum", "add" or "mean".
@@ -458,7 +458,7 @@ class Graph:
         n = self.num_nodes
         c = float(diagonal_value) if diagonal else 0.0
         if columns is not None and format == "csr":
-            edges = self._rented(key + (("diagonal-value", c),) if c != 0.0 else key, columns, lambda: self._edge_list(aggr, dtype, ew, diagonal, c))
+            edges = self._rented(key + ("diagonal-value", c) if c != 0.0 else key, columns, lambda: self._edge_list(aggr, dtype, ew, diagonal, c))
             if edges is not None:
                 return edges
 
@@ -510,21 +510,26 @@ class Graph:
         return mask
 
     def _rented(self, key, columns: int, make):
-        """The edge list of matrix ``key`` (``make()``, kept) while renting it pays
-        (module docstring of :mod:`corgnn.cost.setup`), else None (build ``key``)."""
+        """The edge list of matrix ``key`` (``make() -> (A, mask)``, kept) while renting
+        it pays, else None (build ``key``): each product adds its rent
+        (:func:`corgnn.cost.setup.scatter_rent_s`, two products while autograd is on:
+        the backward multiplies by ``A^T``) until the rent paid reaches the build's
+        price (:func:`~corgnn.cost.setup.build_s`); ``last_setup`` records the state."""
         if key in self._cache or self.device.type != "cpu":
             return None
-        from .cost.setup import plan_build
-
-        rented = self._cache.get(("edges",) + key)
+        ekey = ("edges",) + key
+        rented = self._cache.get(ekey)
         if rented is None:
-            rented = self._cache[("edges",) + key] = make()
-        plan = plan_build(rented[0].nnz, columns, paid_s=self._rent.get(key, 0.0), products=2 if torch.is_grad_enabled() else 1, threads=torch.get_num_threads())
-        self.last_setup = plan
-        if plan.build:
-            del self._cache[("edges",) + key]
-            return None
-        self._rent[key] = plan.rent_s
+            A, mask = make()
+            rented = self._cache[ekey] = [A, mask, 0.0, build_s(A.nnz)]  # (matrix, diagonal mask, rent paid, price)
+            self.last_setup = BuildPlan(False, 0.0, rented[3])
+        rent = scatter_rent_s(rented[0].nnz, columns, torch.get_num_threads(), 2 if torch.is_grad_enabled() else 1)
+        if rent:  # (zero where the scatter is the faster: nothing to count, the common case of small graphs)
+            rented[2] += rent
+            self.last_setup = BuildPlan(rented[2] >= rented[3], rented[2], rented[3])
+            if self.last_setup.build:
+                del self._cache[ekey]
+                return None
         return rented[0]
 
     def _edge_list(self, aggr: str, dtype: torch.dtype, ew: torch.Tensor | None, diagonal: bool, c: float):
@@ -533,8 +538,6 @@ class Graph:
         ``diagonal`` one entry ``(i, i)`` per node after them, valued ``c``; values
         None for an all-ones matrix. The mask (None without ``diagonal``) is 1 at the
         appended entries."""
-        from .sparse.formats import COO
-
         ei, n, q = self._edges(), self.num_nodes, self.num_edges
         w = None if aggr == "sum" and ew is None else aggr_edge_weights(ei, ew, n, aggr, dtype)
         row, col, mask = ei[1], ei[0], None

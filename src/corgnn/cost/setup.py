@@ -27,9 +27,10 @@ kernel splits over (``torch.get_num_threads()``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from typing import NamedTuple
 
-__all__ = ["BuildPlan", "scatter_s", "rows_s", "build_s", "scatter_rent_s", "plan_build"]
+__all__ = ["BuildPlan", "scatter_s", "rows_s", "build_s", "scatter_rent_s"]
 
 # NOTE (measured 2026-11-29 on the 2-core CI-type VM, min of 9 runs, mini-batches of
 # 32 / 128 / 512 / 2048 molecule graphs, 4k / 17k / 68k / 270k entries with the
@@ -71,20 +72,30 @@ def build_s(nnz: int) -> float:
     return _BUILD_FIXED_S + nnz * _BUILD_ENTRY_S
 
 
+@functools.lru_cache(maxsize=256)
 def scatter_rent_s(nnz: int, columns: int, threads: int, products: int = 1) -> float:
     """What ``products`` scatter products cost beyond the row kernel's (never below 0:
-    where the scatter is faster, scattering costs nothing to keep)."""
+    where the scatter is faster, scattering costs nothing to keep). Memoized (the
+    sizes of a training loop repeat).
+
+    Raises:
+        ValueError: a negative ``nnz``, ``columns`` or ``products``, or ``threads < 1``.
+    """
+    if min(nnz, columns, products) < 0 or threads < 1:
+        raise ValueError(f"scatter_rent_s: nnz, columns and products must be >= 0 and threads >= 1, got {nnz}, {columns}, {products}, {threads}")
     return products * max(0.0, scatter_s(nnz, columns, threads) - rows_s(nnz, columns, threads))
 
 
-@dataclass(frozen=True)
-class BuildPlan:
-    """The decision for one product on a graph whose matrix is not built.
+class BuildPlan(NamedTuple):
+    """The state of the rent-or-buy rule for one matrix after a product
+    (:attr:`corgnn.Graph.last_setup`).
 
     Attributes:
-        build: build the matrix now (True) or scatter over the edge list.
-        rent_s: the rent paid so far, this product's included (seconds).
+        build: the rent paid reached the price: the matrix is built now.
+        rent_s: the rent paid so far, the latest product's included (seconds).
         price_s: the build's price (seconds).
+
+    (A NamedTuple: one is made per layer call on a mini-batch, built in C.)
     """
 
     build: bool
@@ -95,18 +106,3 @@ class BuildPlan:
         """One line for ``corgnn explain``."""
         what = "build the CSR" if self.build else "scatter over the edge list"
         return f"graph setup: {what} (rent so far {self.rent_s * 1e6:.0f} us of a {self.price_s * 1e6:.0f} us build)"
-
-
-def plan_build(nnz: int, columns: int, *, paid_s: float, products: int, threads: int) -> BuildPlan:
-    """Rent or buy for the next use of a graph's matrix of ``nnz`` entries: a product
-    of ``columns`` dense columns, ``products`` times (2 when a backward will multiply
-    by ``A^T`` too), after ``paid_s`` seconds of rent already paid on this matrix.
-
-    Raises:
-        ValueError: a negative ``nnz``, ``columns``, ``products`` or ``paid_s``.
-    """
-    if min(nnz, columns, products) < 0 or paid_s < 0:
-        raise ValueError(f"plan_build: nnz, columns, products and paid_s must be >= 0, got {nnz}, {columns}, {products}, {paid_s}")
-    rent = paid_s + scatter_rent_s(nnz, columns, threads, products)
-    price = build_s(nnz)
-    return BuildPlan(rent >= price, rent, price)

@@ -12,11 +12,11 @@ what every backend implements (:mod:`.backends.base`: the op signatures, ``Case`
 
 from .dispatch import available_backends, use_backend
 from .ell import ELL, Hybrid
-from .formats import COO, COO_SCATTER_PRODUCTS, CSC, CSR, SparseFormat
+from .formats import COO, CSC, CSR, SparseFormat
 from .ops import edge_softmax, sddmm, spmm
 from .registry import FORMAT_NAMES, FORMATS, convert
 
 __all__ = [
-    "SparseFormat", "COO", "COO_SCATTER_PRODUCTS", "CSR", "CSC", "ELL", "Hybrid", "FORMATS", "FORMAT_NAMES", "convert",
+    "SparseFormat", "COO", "CSR", "CSC", "ELL", "Hybrid", "FORMATS", "FORMAT_NAMES", "convert",
     "spmm", "sddmm", "edge_softmax", "use_backend", "available_backends",
 ]

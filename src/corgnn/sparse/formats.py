@@ -27,7 +27,7 @@ from .._validate import (
     can_read, check_index, check_ptr, check_range, check_shape, check_sorted, index_stats, min_max, ptr_terms, validate_compressed, validate_coo,
 )
 
-__all__ = ["SparseFormat", "COO", "COO_SCATTER_PRODUCTS", "CSR", "CSC", "nbytes_of", "ptr_from_sorted", "check_values", "check_shape", "check_index", "index_stats", "VALIDATION_DOC"]
+__all__ = ["SparseFormat", "COO", "CSR", "CSC", "nbytes_of", "ptr_from_sorted", "check_values", "check_shape", "check_index", "index_stats", "VALIDATION_DOC"]
 
 VALIDATION_DOC = """Validation: every public constructor checks, once and in O(nnz) vectorised
 torch ops (one host sync), that indices are integer tensors of the documented dtype
@@ -262,18 +262,6 @@ class SparseFormat:
         return f"{type(self).__name__}(shape={self.shape}, nnz={self.nnz}, {v}, device={self.device})"
 
 
-COO_SCATTER_PRODUCTS = 16
-"""Products per direction a COO runs by scattering its entries (``spmm_coo``) before
-it builds and walks a row plan (a sort, then the parallel row kernel): a matrix used
-by a few products (the edge list of a mini-batch's graph: one forward and one
-backward product per layer) never sorts; one used on and on (full-batch training)
-pays the sort once, as it did before.
-
-NOTE (measured 2026-11-29, 2-core VM): scattering 4k entries (a batch of 32 small
-graphs) at 64 columns took 31 us against 34 us for the parallel row walk, and 68k
-entries (512 graphs) 451 us against 204 us (the row plan's sort: ~0.5 ms there)."""
-
-
 @dataclass(eq=False, repr=False)
 class COO(SparseFormat):
     """Coordinate format: ``row (nnz,)``, ``col (nnz,)`` int64, ``val``."""
@@ -309,21 +297,22 @@ class COO(SparseFormat):
         return A.to_coo()
 
     def spmm_kernel(self, val, transpose):
-        """``spmm_coo`` (a scatter over the entries in their order: no row plan) for the
-        first :data:`COO_SCATTER_PRODUCTS` products of each direction without a row
-        plan (``A^T``'s, or ``A``'s of an unsorted COO) with single-head values; the
-        row plan walk after (built then, kept). Transposing a COO swaps its index
+        """``spmm_coo`` (a scatter over the entries in their order, no row plan) for
+        ``A^T B`` and for the ``A B`` of an unsorted COO, with single-head values; a
+        row-sorted COO's ``A B`` walks its rows. Transposing a COO swaps its index
         arrays, so an ``edge_index`` read as a COO serves a forward and its backward
-        with no build at all (:meth:`corgnn.Graph.aggr_adjacency`'s edge lists)."""
-        key = bool(transpose)
-        plans = self._plans
-        if key in plans or (self.sorted and not key) or (val is not None and val.dim() != 1):
+        with no build at all (:meth:`corgnn.Graph.aggr_adjacency`'s edge lists).
+        Always the same kernel for the same product, so repeated products give the
+        same sums bit for bit (a row plan built later, e.g. by an
+        :func:`~corgnn.sparse.edge_softmax`, changes nothing here).
+
+        NOTE (measured 2026-11-29, 2-core VM): scattering 4k entries (a batch of 32
+        small graphs) at 64 columns took 18 us over two threads against 34 us for
+        the row walk, and 68k entries (512 graphs) ~280 against 204 us plus the
+        row plan's sort (~0.5 ms) the walk needs first."""
+        if (self.sorted and not transpose) or (val is not None and val.dim() != 1):
             return None
-        count = plans.get(("scatters", key), 0)
-        if count >= COO_SCATTER_PRODUCTS:
-            return None
-        plans[("scatters", key)] = count + 1
-        if key:
+        if transpose:
             return "spmm_coo", (self.col, self.row, val, self.shape[1])
         return "spmm_coo", (self.row, self.col, val, self.shape[0])
 

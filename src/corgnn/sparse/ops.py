@@ -103,9 +103,10 @@ def _scatter_pays(A: SparseFormat, B: torch.Tensor) -> bool:
 def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transpose: bool, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``op(A) B (+ bias)``: the bias is the row kernel's epilogue; format kernels add it after.
 
-    A product with ``A``'s own values (or its pattern) walked by rows runs the row
-    kernel bound once per matrix and direction (:func:`corgnn.sparse.library.bind`),
-    kept in ``A.plans`` (:func:`_launch_key`) for the next call.
+    A product with ``A``'s own values (or its pattern) runs the kernel bound once per
+    matrix and direction (:func:`corgnn.sparse.library.bind`: the row kernel, or the
+    format's own where its backend offers a launcher, a COO's scatter), kept in
+    ``A.plans`` (:func:`_launch_key`) for the next call.
 
     NOTE (issue 21, measured 2026-11-28 on the 2-core VM, 5-layer GIN and 3-layer
     GCN on mini-batches of 32 small graphs, ~780 nodes, 64 channels, interleaved in
@@ -121,6 +122,8 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
                 return hit[2](B, bias)
             key = None  # (known to take the general path: not bound again)
     own = A.spmm_kernel(val, transpose)
+    if own is not None and not L.can_run(own[0], *own[1], B):  # (the selected backend lacks the format's kernel)
+        own = None
     if own is None and transpose and _scatter_pays(A, B):
         ptr, idx, perm = A.row_plan(False)
         if L.can_run("spmm_scatter_rows", ptr, idx, perm, val, B, A.shape[1]):
@@ -139,13 +142,11 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
                 return launch(B, bias)
         return L.spmm_rows(ptr, idx, perm, val_walked, B, bias)
     name, args = own
-    if key is not None:  # (the format's kernel bound once per matrix, direction and values, as the row kernel)
-        key += (name,)
-        hit = A.plans.get(key)
-        if hit is None or hit[0]() is not val or hit[1] != values_version(val):
-            hit = A.plans[key] = (_NO_VALUES if val is None else weakref.ref(val), values_version(val), L.bind(name, *args, B))
-        if hit[2] is not None:
-            return hit[2](B, bias)
+    if key is not None:  # (the format's own kernel bound as the row kernel is: a format picks the same kernel each time)
+        launch = L.bind(name, *args, B)
+        A.plans[key] = (_NO_VALUES if val is None else weakref.ref(val), values_version(val), launch)
+        if launch is not None:
+            return launch(B, bias)
     out = getattr(L, name)(*args, B)
     return out if bias is None else out.add_(bias)
 
