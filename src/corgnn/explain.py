@@ -165,13 +165,15 @@ def explain_model(model: str, dataset: str, root=None, hidden: int | None = None
     data = load_planetoid(dataset, root)
     x = data.x / data.x.sum(1, keepdim=True).clamp_min(1.0)
     net = build_model(model, x.size(1), int(data.y.max()) + 1, hidden=hidden)
-    net(x, Graph(data.edge_index, num_nodes=data.num_nodes))
+    graph = Graph(data.edge_index, num_nodes=data.num_nodes)
+    net(x, graph)
     tables = [
         (f"{name} ({type(m).__name__}, its aggregation + Linear as a GCN product):\n" if hasattr(m.last_plan, "scheme") and not isinstance(m.last_plan.scheme, str)
          else f"{name} ({type(m).__name__}, caching scheme):\n" if isinstance(getattr(m.last_plan, "scheme", None), str) else "") + m.last_plan.table()
         for name, m in net.named_modules() if getattr(m, "last_plan", None) is not None
     ]
-    return f"{data.name}: {model} model of corgnn train, one training call\n\n" + "\n\n".join(tables)
+    setup = "" if graph.last_setup is None else graph.last_setup.line() + " (the graph is new in this call)\n\n"
+    return f"{data.name}: {model} model of corgnn train, one training call\n\n" + setup + "\n\n".join(tables)
 
 
 def _check_sizes(args) -> None:

@@ -444,8 +444,8 @@ class Graph:
         ``columns`` (the width of the product the caller runs next; None: always the
         built matrix): a CSR not built yet on CPU is first rented, not bought: the
         graph hands out its **edge list** (an unsorted COO of the edges in their
-        order, rows = targets, then one diagonal entry per node with ``diagonal``,
-        :meth:`edge_list`), until the time the built matrix would have saved
+        order, rows = targets, then one diagonal entry per node with ``diagonal``;
+        views of ``edge_index`` without it), until the time the built matrix would have saved
         reaches its build's (:mod:`corgnn.cost.setup`, counted per matrix:
         ``last_setup`` holds the latest state); from then on the CSR.
 
@@ -545,8 +545,8 @@ class Graph:
             loops = torch.arange(n, device=ei.device)
             row, col = torch.cat([row, loops]), torch.cat([col, loops])
             if w is not None or c != 1.0:
-                w = torch.cat([torch.ones(q, dtype=dtype) if w is None else w, torch.full((n,), c, dtype=dtype)])
-            mask = torch.cat([torch.zeros(q, dtype=dtype), torch.ones(n, dtype=dtype)])
+                w = torch.cat([torch.ones(q, dtype=dtype, device=ei.device) if w is None else w, torch.full((n,), c, dtype=dtype, device=ei.device)])
+            mask = torch.cat([torch.zeros(q, dtype=dtype, device=ei.device), torch.ones(n, dtype=dtype, device=ei.device)])
         return COO(row, col, w, (n, n), check=False), mask
 
     # ---------------------------------------------------------- GAT adjacency
