@@ -43,7 +43,7 @@ def triton_ops():
 def test_kernels_are_triton_ops_with_the_library_fakes(name, triton_ops):
     from corgnn.sparse.backends.triton import TritonBackend
 
-    if name not in TritonBackend.ops:  # (CPU only: spmm_scatter_rows, see test_library.test_spmm_scatter_path; spmm_coo, test_edge_list)
+    if name not in TritonBackend.ops:  # (CPU only: spmm_scatter_rows, see test_library.test_spmm_scatter_path; spmm_coo, COO.spmm_kernel)
         assert name in ("spmm_scatter_rows", "spmm_coo") and name not in triton_ops.LAUNCHERS
         return
     if name in ("gat_node_scores", "gat_head_weighted_sums"):  # dense reductions: torch ops

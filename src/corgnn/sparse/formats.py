@@ -298,7 +298,7 @@ class COO(SparseFormat):
 
     def spmm_kernel(self, val, transpose):
         """``spmm_coo`` (a scatter over the entries in their order, no row plan) for
-        ``A^T B`` and for the ``A B`` of an unsorted COO, with single-head values; a
+        ``A^T B`` and for the ``A B`` of an unsorted COO on CPU, with single-head values; a
         row-sorted COO's ``A B`` walks its rows. Transposing a COO swaps its index
         arrays, so an ``edge_index`` read as a COO serves a forward and its backward
         with no build at all (:meth:`corgnn.Graph.aggr_adjacency`'s edge lists).
@@ -310,8 +310,8 @@ class COO(SparseFormat):
         small graphs) at 64 columns took 18 us over two threads against 34 us for
         the row walk, and 68k entries (512 graphs) ~280 against 204 us plus the
         row plan's sort (~0.5 ms) the walk needs first."""
-        if (self.sorted and not transpose) or (val is not None and val.dim() != 1):
-            return None
+        if (self.sorted and not transpose) or (val is not None and val.dim() != 1) or self.row.device.type != "cpu":
+            return None  # (on a GPU the row walks of cuSPARSE / Triton, as before)
         if transpose:
             return "spmm_coo", (self.col, self.row, val, self.shape[1])
         return "spmm_coo", (self.row, self.col, val, self.shape[0])
