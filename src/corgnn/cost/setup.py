@@ -7,8 +7,8 @@ On a new graph two ways are open (CPU):
   pass, the walk of ``A^T`` for the backward, bound kernels), then run each product
   on the parallel row kernel;
 * **scatter** over the graph's **edge list** as it came (an unsorted COO whose
-  transpose is its two index arrays swapped: no build, no sort), one product at a
-  time (``spmm_coo``).
+  transpose is its two index arrays swapped: no build, no sort): ``spmm_coo``, each
+  product's output rows split over the threads, every task reading every entry.
 
 Which pays depends on how often the matrix will be used, which a graph cannot know
 when it is new: a mini-batch's graph serves one forward and one backward product per
