@@ -15,7 +15,7 @@ from torch_geometric.nn import global_add_pool
 import corgnn
 import corgnn.cost.setup as setup
 from corgnn.graph import Graph, shared_graph
-from corgnn.sparse import COO, edge_softmax, spmm
+from corgnn.sparse import COO, CSR, edge_softmax, spmm
 from corgnn.sparse import library as L
 from corgnn.sparse.backends import numba_cpu
 from corgnn.sparse.dispatch import use_backend
@@ -132,15 +132,33 @@ def test_edge_list_diagonal_mask_marks_the_appended_entries_not_self_loop_edges(
 def test_rent_or_buy_switches_to_the_built_matrix_once_the_rent_reaches_the_price(monkeypatch):
     ei, n = _graph()
     g = Graph(ei, None, n)
-    A0 = g.aggr_adjacency("sum", dtype=F64, columns=8)
-    assert isinstance(A0, COO) and g.last_setup == (False, 0.0, setup.build_s(A0.nnz))
-    price = setup.build_s(A0.nnz)
-    # (every product now pays 0.4 of the price in rent: the third use builds)
+    price = setup.build_s(g.num_edges)
+    # (every product pays 0.4 of the price in rent: the third use builds; a pure
+    # function of the call's arguments, so patched before the graph's first call)
     monkeypatch.setattr(corgnn.graph, "scatter_rent_s", lambda nnz, columns, threads, products=1: 0.4 * price)
+    A0 = g.aggr_adjacency("sum", dtype=F64, columns=8)
+    assert isinstance(A0, COO) and g.last_setup == (False, 0.4 * price, price)
     kinds = [type(g.aggr_adjacency("sum", dtype=F64, columns=8)).__name__ for _ in range(4)]
-    assert kinds == ["COO", "COO", "CSR", "CSR"]
+    assert kinds == ["COO", "CSR", "CSR", "CSR"]
     assert g.last_setup.build and g.last_setup.rent_s >= price
     assert g.aggr_adjacency("sum", dtype=F64, columns=8) is g.aggr_adjacency("sum", dtype=F64)
+
+
+def test_an_edge_list_without_rent_is_handed_out_again_and_a_build_ends_it():
+    # no rent (small graph): the same edge list for every call with those arguments,
+    # from the graph's memo; a build for other arguments (no columns) leaves the
+    # memo's matrix a correct one, and a built matrix is handed out again too
+    ei, n = _graph()
+    g = Graph(ei, None, n)
+    A = g.aggr_adjacency("sum", dtype=F64, columns=8)
+    assert isinstance(A, COO) and g.aggr_adjacency("sum", dtype=F64, columns=8) is A
+    assert g.aggr_adjacency("sum", dtype=F64, columns=16) is A  # (another width: the same edge list)
+    with torch.no_grad():
+        assert g.aggr_adjacency("sum", dtype=F64, columns=8) is A
+    C = g.aggr_adjacency("sum", dtype=F64)
+    assert isinstance(C, CSR) and g.aggr_adjacency("sum", dtype=F64) is C
+    x = torch.randn(n, 8, dtype=F64)
+    torch.testing.assert_close(spmm(A, x), spmm(C, x))
 
 
 def test_no_edge_list_without_columns_or_for_another_format():

@@ -109,7 +109,7 @@ class SharedCache(_ProcessCache):
 
     def get(self, tensors: tuple, extra: tuple = ()):
         """The value stored for ``tensors``/``extra`` if the key still matches, else None."""
-        slot = (tuple(id(t) for t in tensors), extra)
+        slot = (tuple(map(id, tensors)), extra)
         with self._lock:
             hit = self._entries.get(slot)
             if hit is None:
@@ -122,7 +122,7 @@ class SharedCache(_ProcessCache):
 
     def put(self, tensors: tuple, value, extra: tuple = ()):
         """Store ``value`` for ``tensors``/``extra`` (replacing an older entry); returns it."""
-        slot = (tuple(id(t) for t in tensors), extra)
+        slot = (tuple(map(id, tensors)), extra)
         key = TensorKey(tensors, extra)
         me = weakref.ref(self)
 

@@ -211,6 +211,7 @@ class Graph:
         self.loops = "remaining"  # how PyG adds self-loops to this graph (LOOP_MODES)
         self.sparse_input = None  # (kind, layout) when built from a sparse adjacency
         self._cache: dict = {}
+        self._handouts: dict = {}  # aggr_adjacency's arguments -> its final matrix
         self._unweighted: "Graph | None" = None
         self.last_setup = None  # the latest corgnn.cost.setup.BuildPlan (rent or buy) of an edge list
 
@@ -239,7 +240,7 @@ class Graph:
         """A Graph of these (validated) edges with ``edge_weight`` and empty caches."""
         g = Graph.__new__(Graph)
         g.__dict__.update(self.__dict__)
-        g.edge_weight, g._cache, g._unweighted, g.last_setup = edge_weight, {}, None, None
+        g.edge_weight, g._cache, g._handouts, g._unweighted, g.last_setup = edge_weight, {}, {}, None, None
         return g
 
     def with_edge_weight(self, edge_weight: torch.Tensor | None) -> "Graph":
@@ -452,6 +453,22 @@ class Graph:
         Raises:
             ValueError: ``aggr`` not "sum", "add" or "mean".
         """
+        # NOTE (issue 21): every layer of a model asks for its matrix on every call; a
+        # handed-out matrix that no later call can change (a built one, an edge list
+        # whose rent is nothing) is kept under the call's arguments, one dict read
+        # for the next layers on the same mini-batch instead of the keys and rent below.
+        memo = (aggr, dtype, weighted, diagonal, format, diagonal_value, columns, torch.is_grad_enabled(), torch.get_num_threads())
+        A = self._handouts.get(memo)
+        if A is None:
+            A, final = self._aggr_adjacency(aggr, dtype, weighted, diagonal, format, diagonal_value, columns)
+            if final:
+                self._handouts[memo] = A
+        return A
+
+    def _aggr_adjacency(self, aggr: str, dtype, weighted: bool, diagonal: bool, format: str, diagonal_value: float, columns: int | None) -> tuple[SparseFormat, bool]:
+        """``(matrix, final)``: :meth:`aggr_adjacency`'s matrix, and whether another
+        call with the same arguments gets the same one (not an edge list still
+        paying rent)."""
         aggr = "sum" if aggr == "add" else aggr
         key = ("aggr", aggr, dtype, bool(weighted and self.edge_weight is not None), bool(diagonal))
         ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
@@ -476,7 +493,7 @@ class Graph:
                     with torch.no_grad():
                         val = torch.add(base.val, self.diagonal_mask(aggr, dtype=dtype, weighted=weighted), alpha=c)
                     csr = self._cache[vkey] = base.with_values(val)
-            return self._format(vkey, csr, format)
+            return self._format(vkey, csr, format), True
         csr = self._cache.get(key)
         if csr is None:
             if build.supported(self.device, dtype):
@@ -489,7 +506,7 @@ class Graph:
                 if diagonal:
                     ei, w = _with_loops(ei, w, 0.0, n, replace=False)
                 csr = self._cache[key] = CSR.from_coo(ei[1], ei[0], w, (n, n), coalesce=True)
-        return self._format(key, csr, format)
+        return self._format(key, csr, format), True
 
     def diagonal_mask(self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True, matrix: SparseFormat | None = None) -> torch.Tensor:
         """``(nnz,)`` of ``dtype``: 1 at the diagonal entries of
@@ -501,6 +518,9 @@ class Graph:
         key = ("aggr", "sum" if aggr == "add" else aggr, dtype, bool(weighted and self.edge_weight is not None), True, "diagonal")
         rented = self._cache.get(("edges",) + key[:-1])
         if matrix is not None and rented is not None and rented[0] is matrix:
+            if rented[1] is None:  # (made at the first use: a constant eps needs none)
+                q, n = self.num_edges, self.num_nodes
+                rented[1] = torch.cat([torch.zeros(q, dtype=dtype, device=self.device), torch.ones(n, dtype=dtype, device=self.device)])
             return rented[1]
         A = self.aggr_adjacency(aggr, dtype=dtype, weighted=weighted, diagonal=True)
         mask = self._cache.get(key)
@@ -509,12 +529,13 @@ class Graph:
             mask = self._cache[key] = (coo.row == coo.col).to(dtype)
         return mask
 
-    def _rented(self, key, columns: int, make):
-        """The edge list of matrix ``key`` (``make() -> (A, mask)``, kept) while renting
-        it pays, else None (build ``key``): each product adds its rent
+    def _rented(self, key, columns: int, make) -> tuple[SparseFormat, bool] | None:
+        """``(edge list, final)`` of matrix ``key`` (``make() -> (A, mask)``, kept) while
+        renting it pays, else None (build ``key``): each product adds its rent
         (:func:`corgnn.cost.setup.scatter_rent_s`, two products while autograd is on:
         the backward multiplies by ``A^T``) until the rent paid reaches the build's
-        price (:func:`~corgnn.cost.setup.build_s`); ``last_setup`` records the state."""
+        price (:func:`~corgnn.cost.setup.build_s`); ``last_setup`` records the state.
+        ``final``: no rent to count (the same call would get the edge list again)."""
         if key in self._cache or self.device.type != "cpu":
             return None
         ekey = ("edges",) + key
@@ -529,25 +550,25 @@ class Graph:
             self.last_setup = BuildPlan(rented[2] >= rented[3], rented[2], rented[3])
             if self.last_setup.build:
                 del self._cache[ekey]
+                self._handouts.clear()  # (an edge list handed out as final is built now: the matrix from now on)
                 return None
-        return rented[0]
+        return rented[0], not rent
 
     def _edge_list(self, aggr: str, dtype: torch.dtype, ew: torch.Tensor | None, diagonal: bool, c: float):
-        """``(A, diagonal mask)``: :meth:`aggr_adjacency`'s matrix as an unsorted COO of
-        the edges in their order (rows = targets: views of ``edge_index``), with
+        """``(A, None)``: :meth:`aggr_adjacency`'s matrix as an unsorted COO of the
+        edges in their order (rows = targets: views of ``edge_index``), with
         ``diagonal`` one entry ``(i, i)`` per node after them, valued ``c``; values
-        None for an all-ones matrix. The mask (None without ``diagonal``) is 1 at the
-        appended entries."""
+        None for an all-ones matrix. (The second slot is the diagonal mask's, 1 at the
+        appended entries, made when first asked for: :meth:`diagonal_mask`.)"""
         ei, n, q = self._edges(), self.num_nodes, self.num_edges
         w = None if aggr == "sum" and ew is None else aggr_edge_weights(ei, ew, n, aggr, dtype)
-        row, col, mask = ei[1], ei[0], None
+        row, col = ei[1], ei[0]
         if diagonal:
             loops = torch.arange(n, device=ei.device)
             row, col = torch.cat([row, loops]), torch.cat([col, loops])
             if w is not None or c != 1.0:
                 w = torch.cat([torch.ones(q, dtype=dtype, device=ei.device) if w is None else w, torch.full((n,), c, dtype=dtype, device=ei.device)])
-            mask = torch.cat([torch.zeros(q, dtype=dtype, device=ei.device), torch.ones(n, dtype=dtype, device=ei.device)])
-        return COO(row, col, w, (n, n), check=False), mask
+        return COO(row, col, w, (n, n), check=False), None
 
     # ---------------------------------------------------------- GAT adjacency
     def gat_adjacency(self, *, add_self_loops: bool = True, format: str = "csr") -> SparseFormat:
@@ -701,6 +722,8 @@ class GraphCache(Uncopied):
         self._graph = None
 
     def __call__(self, edge_index_or_graph, edge_weight=None, num_nodes: int | None = None) -> Graph:
+        if type(edge_index_or_graph) is torch.Tensor and edge_index_or_graph.layout == torch.strided:  # (the common case first)
+            return shared_graph(edge_index_or_graph, edge_weight, num_nodes)
         if is_sparse_adjacency(edge_index_or_graph):
             # keyed on the sparse matrix object and the state of its arrays
             adj = edge_index_or_graph

@@ -27,7 +27,7 @@ from ..functional.gcn import GCNFunction, composed_first, entry_values, runs_com
 from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
-from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, sparse_values_weigh, submodule, weight_and_bias
+from .base import CorgnnConv, FeatureCache, SparseView, UnsupportedOption, check_message_passing_kwargs, parameter, sparse_values_weigh, submodule, weight_and_bias
 
 __all__ = ["GINConv"]
 
@@ -203,17 +203,23 @@ class GINConv(CorgnnConv):
         reset(self.nn)
         self.eps.data.fill_(self.initial_eps)
 
-    def _slot(self):
-        """:func:`first_linear` of ``nn``, memoised on ``nn``'s first child (one
-        lookup per call instead of one per use; a replaced child is seen)."""
+    def _first(self) -> tuple:
+        """``(nn, slot, linear)``: ``nn``, :func:`first_linear` of it and that Linear
+        (``slot`` and ``linear`` None without one), memoised on ``nn``, its first
+        child, that child's first child and the Linear's place (one lookup per call
+        instead of one per use; a replaced module is seen)."""
         net = submodule(self, "nn")  # (not self.nn, Module.__getattr__: this runs several times per call)
         first = next(iter(net._modules.values()), None)
-        hit = self.__dict__.get("_slot_memo")
-        if hit is not None and hit[0] is net and hit[1] is first and (first is None or hit[3] is next(iter(first._modules.values()), None)):
-            return hit[2]
+        inner = None if first is None else next(iter(first._modules.values()), None)
+        hit = self.__dict__.get("_first_memo")
+        if hit is not None and hit[0] is net and hit[1] is first and hit[2] is inner:
+            slot, lin = hit[3], hit[4]
+            if slot is None or slot[0] is None or slot[0]._modules.get(slot[1]) is lin:
+                return net, slot, lin
         slot = first_linear(net)
-        self.__dict__["_slot_memo"] = (net, first, slot, None if first is None else next(iter(first._modules.values()), None))
-        return slot
+        lin = None if slot is None else _linear_at(net, slot)
+        self.__dict__["_first_memo"] = (net, first, inner, slot, lin)
+        return net, slot, lin
 
     @property
     def in_channels(self) -> int | None:
@@ -221,11 +227,11 @@ class GINConv(CorgnnConv):
         return None if w is None else w.size(1)
 
     def _dtype_param(self) -> torch.Tensor | None:
-        slot = self._slot()
-        return None if slot is None else weight_and_bias(_linear_at(submodule(self, "nn"), slot))[0]
+        lin = self._first()[2]
+        return None if lin is None else parameter(lin, "weight")
 
     def sparse_features_allowed(self) -> bool:
-        return self._slot() is not None
+        return self._first()[1] is not None
 
     def adjacency(self, graph: Graph, dtype: torch.dtype, diagonal_value: float = 0.0, columns: int | None = None):
         """The pattern of ``A + I`` with ``A``'s values plus ``diagonal_value`` on the
@@ -271,10 +277,10 @@ class GINConv(CorgnnConv):
     def plan(self, graph: Graph, x, x_nnz: int | None = None) -> GCNPlan | None:
         """The scheme of ``(A + (1 + eps) I) x W^T + b`` (``W``, ``b``: ``nn``'s first
         Linear) for ``x`` on ``graph`` now; None without a leading Linear."""
-        slot = self._slot()
-        if slot is None:
+        lin = self._first()[2]
+        if lin is None:
             return None
-        W = weight_and_bias(_linear_at(submodule(self, "nn"), slot))[0]
+        W = parameter(lin, "weight")
         c = self._constant_eps(self.explain_mask(graph.edge_index, graph.num_nodes, loops=False))
         # (the matrix this call multiplies by: A + cI for a frozen eps, else A's pattern
         # with its diagonal; the same entries either way, but only that one is built)
@@ -297,8 +303,7 @@ class GINConv(CorgnnConv):
             raise UnsupportedOption(f"GINConv: size={size!r} (bipartite message passing) is not supported by corgnn")
         graph, dense, xs, dtype = self._inputs(x, edge_index)
         mask = self.explain_mask(graph.edge_index, graph.num_nodes, loops=False)
-        ew = graph.edge_weight
-        if sparse_values_weigh(graph) and ew.requires_grad and torch.is_grad_enabled():
+        if graph.sparse_input is not None and sparse_values_weigh(graph) and graph.edge_weight.requires_grad and torch.is_grad_enabled():
             raise UnsupportedOption(
                 "GINConv: the values of the torch.sparse adjacency require a gradient, which corgnn's GINConv does not "
                 "propagate to them; use torch_geometric.nn.GINConv, or detach the adjacency's values"
@@ -312,13 +317,12 @@ class GINConv(CorgnnConv):
         else:
             A = self.adjacency(graph, dtype, columns=columns)
             values = self._values(A, graph, mask)
-        slot = self._slot()
-        net = submodule(self, "nn")
+        net, slot, lin = self._first()
         state = self.__dict__  # (last_plan: not a Parameter or module, so no Module.__setattr__, ~1 us)
-        if slot is None:
+        if lin is None:
             state["last_plan"] = None
             return net(spmm(A, dense, values=values))
-        W, b = weight_and_bias(_linear_at(net, slot))
+        W, b = weight_and_bias(lin)
         plan = self._plan(A, W, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
         state["last_plan"] = plan
         if runs_composed(plan.scheme, dense, W, xs):  # (A'X, then nn itself, first Linear included)

@@ -15,7 +15,8 @@ Dispatch walks :data:`PRIORITY` for the tensors' device and takes the first
 backend whose ``supports(case)`` returns ``None``. The public controls force one:
 
 * :func:`use_backend` (context manager, this thread) and
-* the environment variable ``CORGNN_BACKEND=name`` (process-wide, read per call).
+* the environment variable ``CORGNN_BACKEND=name`` (process-wide, read at the
+  process's first dispatch: set it before running the script).
 
 A forced backend that cannot run a case raises ``ValueError`` listing every
 backend's reason; nothing silently falls back. :func:`available_backends` says which
@@ -88,10 +89,21 @@ def available_backends() -> dict[str, str | None]:
     return {name: b.unavailable() for name, b in _registry().items()}
 
 
+_ENV_FORCED: list = []
+"""``[$CORGNN_BACKEND or None]``, read at the process's first dispatch."""
+
+
 def _forced() -> str | None:
     name = getattr(_local, "forced", None)
     if name is None:
-        name = os.environ.get(ENV_VAR) or None
+        # NOTE (issue 21): the environment is read once per process, not per call:
+        # os.environ.get costs ~1.3 us, paid by every product through token() (on
+        # a mini-batch of small graphs each layer's few microseconds of Python are
+        # what corgnn adds to PyG's time); use_backend() switches within a process.
+        env = _ENV_FORCED
+        if not env:
+            env.append(os.environ.get(ENV_VAR) or None)
+        name = env[0]
     return name
 
 
@@ -201,7 +213,8 @@ def token() -> tuple:
     """What :func:`select`'s choices depend on beyond the case: the forced backend
     (:func:`use_backend`, ``$CORGNN_BACKEND``) and the registry's generation (new after
     a registration or in a forked child). Hashable; equal tokens, equal choices."""
-    _registry()  # (the first use registers the backends: a generation of its own)
+    if not _BACKENDS:
+        _registry()  # (the first use registers the backends: a generation of its own)
     return _forced(), _GENERATION[0]
 
 

@@ -39,6 +39,15 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
+def _runner(tier: numba_warmup.Tier, parallel, serial):
+    """``run(args, tasks)`` for a launcher: ``parallel(*args)`` directly once ``tier``
+    runs the parallel kernel for good (the tier's bookkeeping is then only a cost,
+    paid per product), else ``tier.run``."""
+    if tier.parallel():
+        return lambda args, tasks: parallel(*args)
+    return lambda args, tasks: tier.run(parallel, serial, args, tasks)
+
+
 def _perm(perm) -> np.ndarray:
     return _NOPERM if perm is None else _np(perm)
 
@@ -230,11 +239,12 @@ class NumbaBackend(Backend):
         """``launch(B, bias=None) -> out``: :meth:`spmm_rows` of this row plan and values
         for 2-D operands of ``B``'s dtype, the plan's arrays and task split made here."""
         p, i, pm, chunks = _walk(ptr, idx, perm)
-        v, tier, tasks, shape, dt = _vals(val, B), _SPMM_TIERS[B.dtype], chunks.shape[0] - 1, (ptr.numel() - 1, B.shape[1]), B.dtype
+        v, tasks, shape, dt = _vals(val, B), chunks.shape[0] - 1, (ptr.numel() - 1, B.shape[1]), B.dtype
+        run = _runner(_SPMM_TIERS[B.dtype], k.spmm_rows, k.spmm_rows_serial)
 
         def launch(B, bias=None):
             out = torch.empty(shape if B.shape[1] == shape[1] else (shape[0], B.shape[1]), dtype=dt)
-            tier.run(k.spmm_rows, k.spmm_rows_serial, (p, i, v, pm, chunks, _np(B), out.numpy(), _vals(bias, B)), tasks)
+            run((p, i, v, pm, chunks, _np(B), out.numpy(), _vals(bias, B)), tasks)
             return out
 
         return launch
@@ -257,13 +267,14 @@ class NumbaBackend(Backend):
         """``launch(B, bias=None) -> out``: :meth:`spmm_coo` of these entries for 2-D
         operands of ``B``'s dtype (the arrays made once: a mini-batch's edge list
         serves every layer's product)."""
-        r, c, v, tier, dt, nnz = _np(row), _np(col), _vals(val, B), _COO_TIERS[B.dtype], B.dtype, row.numel()
+        r, c, v, dt, nnz = _np(row), _np(col), _vals(val, B), B.dtype, row.numel()
         threads = numba.get_num_threads()
+        run = _runner(_COO_TIERS[B.dtype], k.spmm_coo_scatter, k.spmm_coo_scatter_serial)
 
         def launch(B, bias=None):
             out = torch.empty(rows, B.shape[1], dtype=dt)
             parts = min(threads, rows, max(1, nnz * B.shape[1] // SCATTER_PARALLEL_WORK))
-            tier.run(k.spmm_coo_scatter, k.spmm_coo_scatter_serial, (r, c, v, _np(B), out.numpy(), parts), parts)
+            run((r, c, v, _np(B), out.numpy(), parts), parts)
             return out if bias is None else out.add_(bias)
 
         return launch
