@@ -137,6 +137,12 @@ class FeatureCheck(Uncopied):
     def derive(self, x: torch.Tensor, width: int | None, training: bool):
         return None
 
+    def skips(self, x: torch.Tensor, width: int | None) -> bool:
+        """Whether ``x`` needs none of this cache's per-tensor work (then counted as
+        seen): never here; :class:`FeatureCache` skips a long stream of too-dense
+        activations."""
+        return False
+
 
 class FeatureCache(FeatureCheck):
     """Also keeps the CSR of constant features (no grad) that are at most
@@ -166,17 +172,23 @@ class FeatureCache(FeatureCheck):
         self._dense_run = 0  # new tensors in a row (a stream) found too dense to convert
 
     def __call__(self, x: torch.Tensor, num_nodes: int, channels: int, width: int | None = None, training: bool = True):
-        # NOTE (issue 21): in a long stream of too-dense new tensors (derive's first
-        # branch), a tensor the running optimize()d model computed (an activation
-        # under no_grad: corgnn._validate.ModelInputs) gets derive's answer without
-        # the per-tensor bookkeeping (its fingerprint, the slot search, eviction and
-        # insertion: ~5 us a layer and call on a mini-batch); only its shape is checked.
-        run = self._dense_run
-        if run >= DENSE_RECOUNT and run % DENSE_RECOUNT and width is not None and self.previous_seen_once and computed_in_model(x):
+        if self.skips(x, width):
             check_features("x", x, num_nodes, channels)
-            self._dense_run = run + 1
             return None
         return super().__call__(x, num_nodes, channels, width, training)
+
+    def skips(self, x: torch.Tensor, width: int | None) -> bool:
+        # NOTE (issue 21): in a long stream of too-dense new tensors (derive's first
+        # branch), a tensor the running optimize()d model computed (an activation
+        # under no_grad: corgnn._validate.ModelInputs) gets derive's answer (dense)
+        # without the per-tensor bookkeeping (its fingerprint, the slot search,
+        # eviction and insertion: ~5 us a layer and call on a mini-batch); the caller
+        # checks its shape. Every DENSE_RECOUNT-th is counted as derive counts.
+        run = self._dense_run
+        if run >= DENSE_RECOUNT and run % DENSE_RECOUNT and width is not None and self.previous_seen_once and computed_in_model(x):
+            self._dense_run = run + 1
+            return True
+        return False
 
     def derive(self, x: torch.Tensor, width: int | None, training: bool) -> "CSR | None":
         if x.requires_grad or not x.numel():
@@ -217,9 +229,14 @@ class FeatureCache(FeatureCheck):
         return dense_to_csr(x, ptr)
 
 
-DENSE_RECOUNT = 8
+DENSE_RECOUNT = 32
 """A stream of new feature tensors found too dense this many times in a row is then
-counted only every this many tensors (:class:`FeatureCache`)."""
+counted only every this many tensors (:class:`FeatureCache`).
+
+NOTE (issue 21): 8 until 2026-11-29; each recount costs a full count (~50 us of a
+training loop's time on a mini-batch of small graphs), 6 us a layer and call on
+average at 8, 1.5 at 32; a stream that turns sparse is converted from the next
+recount on either way (the dense path is exact)."""
 
 _NUMBA_DTYPES = (torch.float32, torch.float64)
 
@@ -685,11 +702,15 @@ class CorgnnConv(MessagePassing):
         ``torch.sparse`` matrix (:meth:`_torch_sparse_features`).
         """
         weight = self._dtype_param()  # (its rows: the columns of X Θ, the products that read x)
-        if isinstance(x, torch.Tensor) and x.grad_fn is not None and x.layout == torch.strided and x.dim() == 2 and weight is not None:
-            # NOTE (issue 21): the activation of a training step (every layer but the
-            # first): checked in one condition, the general path below only for an
-            # error's message (~4 us less a layer and call on a mini-batch of small
-            # graphs, where each layer's Python work is what corgnn adds to PyG's).
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.dim() == 2 and weight is not None and (
+            x.grad_fn is not None or (not x.requires_grad and self._features.skips(x, weight.size(0)))
+        ):
+            # NOTE (issue 21): an activation (every layer but the first): of a training
+            # step (a grad_fn), or of an evaluation in a stream known too dense to
+            # convert (FeatureCache.skips), checked in one condition; the general path
+            # below only for an error's message (~5 us less a layer and call on a
+            # mini-batch of small graphs, where each layer's few microseconds of Python
+            # are what corgnn adds to PyG's time; ~5x that in a training loop).
             graph = self._graphs(edge_index, edge_weight, x.size(0))
             if x.size(0) == graph.num_nodes and x.size(1) == self.in_channels and x.dtype is weight.dtype and (
                 x.dtype is torch.float32 or x.dtype is torch.float64

@@ -218,12 +218,14 @@ class _SpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, B, val, bias, A, transpose):
         ctx.A, ctx.transpose = A, transpose
-        ctx.save_for_backward(B if ctx.needs_input_grad[1] else None, val if ctx.needs_input_grad[0] else None)
+        grads = ctx.needs_input_grad
+        if grads[1] or (grads[0] and val is not None):  # (else nothing to keep: no call)
+            ctx.save_for_backward(B if grads[1] else None, val if grads[0] else None)
         return _spmm_raw(A, B.contiguous(), val, transpose, bias)
 
     @staticmethod
     def backward(ctx, G):
-        B, val = ctx.saved_tensors
+        B, val = ctx.saved_tensors or (None, None)
         A, transpose = ctx.A, ctx.transpose
         gB = gval = None
         if ctx.needs_input_grad[0]:
