@@ -346,6 +346,73 @@ def test_the_store_drops_a_graph_with_its_edge_index():
     assert len(GRAPHS) == 0  # keyed weakly: the Graph does not keep edge_index alive
 
 
+def test_the_latest_entry_of_the_store_is_checked_like_the_others():
+    """The store answers its latest hit first (every layer asks for the same batch's
+    graph in turn) under the same key rules: an in-place edit, another node count, a
+    freed tensor and clear() all miss it, as they miss the store."""
+    from corgnn._cache import SharedCache
+
+    cache = SharedCache(capacity=4)
+    a, b = torch.arange(6), torch.arange(6)
+    cache.put((a,), "a", (1,))
+    cache.put((b,), "b", (1,))
+    assert cache.get((a,), (1,)) == "a" and cache.get((a,), (1,)) == "a"  # (the latest: a)
+    assert cache.get((a,), (2,)) is None and cache.get((b,), (1,)) == "b"
+    b.add_(1)  # (in place: a new version)
+    assert cache.get((b,), (1,)) is None and cache.get((b,), (1,)) is None
+    assert cache.get((a,), (1,)) == "a"
+    del a
+    gc.collect()
+    assert len(cache) == 0 and cache._last is None  # (freed: the latest entry too)
+    c = torch.arange(3)
+    cache.put((c,), "c")
+    cache.clear()
+    assert cache.get((c,)) is None
+
+
+def test_the_content_store_compares_shapes_before_contents():
+    from corgnn._cache import ContentCache
+
+    cache = ContentCache(capacity=3)
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    cache.put((ei.clone(), None), "g", (3,))
+    assert cache.get((ei.clone(), None), (3,)) == "g"
+    assert cache.get((ei.clone(), None), (4,)) is None  # (another node count)
+    assert cache.get((ei[:, :2].clone(), None), (3,)) is None  # (another shape)
+    assert cache.get((ei.clone().int(), None), (3,)) is None  # (another dtype)
+    assert cache.get((ei.clone(), torch.ones(3)), (3,)) is None  # (weights vs none)
+    other = ei.clone()
+    other[0, 0] = 2
+    assert cache.get((other, None), (3,)) is None  # (same shape, other contents)
+
+
+def test_plans_come_from_the_memo_only_for_the_same_machine_and_candidates():
+    from corgnn.cost.gcn import GCN_SCHEMES, MachineModel, plan_gcn
+
+    p = plan_gcn(1000, 5000, 64, 64, True, approximate=True)
+    assert plan_gcn(1000, 5000, 64, 64, True, approximate=True) is p
+    slow_spmm = MachineModel(bandwidth=1e6)  # (another machine: planned for it)
+    assert plan_gcn(1000, 5000, 64, 64, True, approximate=True, machine=slow_spmm) == plan_gcn(1000, 5000, 64, 64, True, approximate=True, machine=MachineModel(bandwidth=1e6))
+    only = tuple(s for s in GCN_SCHEMES if s.forward == "transform-first")
+    assert plan_gcn(1000, 5000, 64, 64, True, approximate=True, candidates=only).scheme in only
+    assert plan_gcn(1000, 5000, 64, 64, True, approximate=True, candidates=list(only)).scheme in only  # (a list: no memo)
+
+
+def test_an_activation_of_the_wrong_shape_or_dtype_is_refused_naming_x():
+    ei, n = make_graph()
+    conv = GINConv(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4)))
+    x = torch.randn(n, 4, requires_grad=True)
+    assert conv(x * 1.0, ei).shape == (n, 4)  # (an activation: one condition, then the layer)
+    with pytest.raises(ValueError, match="x has 5 columns"):
+        conv(torch.randn(n, 5, requires_grad=True) * 1.0, ei)
+    with pytest.raises(ValueError, match="num_nodes"):  # (fewer rows than edge_index's nodes)
+        conv(torch.randn(int(ei.max()), 4, requires_grad=True) * 1.0, ei)
+    with pytest.raises(TypeError, match="float64"):
+        conv(torch.randn(n, 4, dtype=torch.float64, requires_grad=True) * 1.0, ei)
+    with pytest.raises(ValueError, match="2-D"):
+        conv(torch.randn(n, 4, 1, requires_grad=True) * 1.0, ei)
+
+
 def test_the_store_is_bounded():
     GRAPHS.clear()
     tensors = [make_graph(seed=s)[0] for s in range(GRAPHS.capacity + 5)]
