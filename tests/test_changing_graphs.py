@@ -952,7 +952,9 @@ def test_a_stream_of_dense_new_features_is_recounted_only_every_few_tensors(monk
     dense = [torch.randn(n, m, generator=g).relu() for _ in range(4 * R)]
     for x in dense:
         assert cache(x, n, m, width=64, training=False) is None
-    assert len(counted) == 1 + R + 3  # the first (no stream yet), R in a row, then a recount per R tensors
+    S = base.DENSE_STREAK
+    # the first (no stream yet), S in a row, then a recount every R-th tensor of the stream
+    assert len(counted) == 1 + sum(1 for run in range(len(dense) - 1) if run < S or run % R == 0)
     sparse = [torch.randn(n, m, generator=g) * (torch.rand(n, m, generator=g) < 0.01) for _ in range(2 * R)]
     got = [cache(x, n, m, width=64, training=False) for x in sparse]
     first = next(i for i, csr in enumerate(got) if csr is not None)
@@ -964,22 +966,24 @@ def test_a_stream_of_dense_new_features_is_recounted_only_every_few_tensors(monk
 def test_a_stream_of_new_features_not_worth_converting_is_recounted_only_every_few_tensors(monkeypatch):
     """New tensors under the density limit whose one-use conversion plan says "dense"
     (a sampled subgraph's rows of ~10 %-dense features, under the 12 % limit) are not
-    counted in full on every call either: as a too-dense stream, every DENSE_RECOUNT-th."""
+    counted in full on every call either: as a too-dense stream, after DENSE_STREAK in a
+    row, every DENSE_RECOUNT-th."""
     import corgnn.nn.base as base
 
     counted = []
     real = base.row_pointer
     monkeypatch.setattr(base, "row_pointer", lambda x: counted.append(1) or real(x))
     g = torch.Generator().manual_seed(0)
-    cache, R = base.FeatureCache(), base.DENSE_RECOUNT
+    cache, R, S = base.FeatureCache(), base.DENSE_RECOUNT, base.DENSE_STREAK
     n, m, width = 2000, 500, 64
     assert base.sparse_feature_density(width) >= 0.1
-    stream = [torch.rand(n, m, generator=g) * (torch.rand(n, m, generator=g) < 0.1) for _ in range(4 * R)]
-    cache(stream[0], n, m, width=width, training=True)  # (no stream yet: converted as reused features)
-    for x in stream[1:]:
+    length = S + 2 * R + 1
+    stream = (torch.rand(n, m, generator=g) * (torch.rand(n, m, generator=g) < 0.1) for _ in range(length))
+    cache(next(stream), n, m, width=width, training=True)  # (no stream yet: converted as reused features)
+    for x in stream:
         assert cache(x, n, m, width=width, training=True) is None
     assert cache.last_conversion is not None and not cache.last_conversion.convert  # the plan's "dense", not the limit
-    assert len(counted) == 1 + R + 3
+    assert len(counted) == 1 + sum(1 for run in range(length - 1) if run < S or run % R == 0)
 
 
 def test_inference_on_activations_gives_pyg_outputs_with_and_without_sparse_inputs():

@@ -25,7 +25,7 @@ from ..sparse.formats import CSR, SparseFormat, ptr_from_sorted
 from ..sparse.torch_sparse import from_torch_sparse
 
 __all__ = [
-    "CorgnnConv", "dropout", "hidden_elu", "SPARSE_FEATURE_DENSITY", "SPARSE_FEATURE_DENSITY_WIDE", "WIDE_LAYER", "sparse_feature_density", "DENSE_RECOUNT", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr", "SAMPLE_ROWS", "dense_sample_rules_out",
+    "CorgnnConv", "dropout", "hidden_elu", "SPARSE_FEATURE_DENSITY", "SPARSE_FEATURE_DENSITY_WIDE", "WIDE_LAYER", "sparse_feature_density", "DENSE_STREAK", "DENSE_RECOUNT", "FeatureCheck", "FeatureCache", "row_pointer", "dense_to_csr", "SAMPLE_ROWS", "dense_sample_rules_out",
     "SparseView", "num_rows", "check_compiled_x", "UnsupportedOption", "check_message_passing_kwargs", "check_flow",
     "check_value_grad", "sparse_values_weigh", "message_passing_unsupported", "is_lazy", "not_parameters",
     "adopt_parameters", "linear_params", "parameter", "submodule", "weight_and_bias", "any_parameter_requires_grad",
@@ -158,7 +158,7 @@ class FeatureCache(FeatureCheck):
     Such a stream of new tensors that keeps being too dense, or not worth converting
     for one use (activations under ``torch.no_grad``, about half non-zero; a sampled
     subgraph's rows of ~10 %-dense features), is counted only every
-    :data:`DENSE_RECOUNT` th tensor once :data:`DENSE_RECOUNT` in a row were so: the
+    :data:`DENSE_RECOUNT` th tensor once :data:`DENSE_STREAK` in a row were so: the
     others use the dense path without a count (a sparse tensor in such a stream is
     converted from the next recount on; the dense path is exact either way). "Not
     worth converting" includes a tensor for which even no non-zeros would not pay.
@@ -185,7 +185,7 @@ class FeatureCache(FeatureCheck):
         # eviction and insertion: ~5 us a layer and call on a mini-batch); the caller
         # checks its shape. Every DENSE_RECOUNT-th is counted as derive counts.
         run = self._dense_run
-        if run >= DENSE_RECOUNT and run % DENSE_RECOUNT and width is not None and self.previous_seen_once and computed_in_model(x):
+        if run >= DENSE_STREAK and run % DENSE_RECOUNT and width is not None and self.previous_seen_once and computed_in_model(x):
             self._dense_run = run + 1
             return True
         return False
@@ -194,7 +194,7 @@ class FeatureCache(FeatureCheck):
         if x.requires_grad or not x.numel():
             return None
         seen_once = self.previous_seen_once and width is not None
-        if seen_once and self._dense_run >= DENSE_RECOUNT and self._dense_run % DENSE_RECOUNT:
+        if seen_once and self._dense_run >= DENSE_STREAK and self._dense_run % DENSE_RECOUNT:
             # (first: in a long stream of too-dense tensors, e.g. every layer's
             # activations under no_grad, this is all a call does)
             self._dense_run += 1
@@ -229,14 +229,17 @@ class FeatureCache(FeatureCheck):
         return dense_to_csr(x, ptr)
 
 
-DENSE_RECOUNT = 32
+DENSE_STREAK = 8
 """A stream of new feature tensors found too dense this many times in a row is then
-counted only every this many tensors (:class:`FeatureCache`).
+counted only every :data:`DENSE_RECOUNT` th tensor (:class:`FeatureCache`)."""
 
-NOTE (issue 21): 8 until 2026-11-29; each recount costs a full count (~50 us of a
-training loop's time on a mini-batch of small graphs), 6 us a layer and call on
-average at 8, 1.5 at 32; a stream that turns sparse is converted from the next
-recount on either way (the dense path is exact)."""
+DENSE_RECOUNT = 32
+"""See :data:`DENSE_STREAK`.
+
+NOTE (issue 21): 8 until 2026-11-29 (both); each recount costs a full count (~50 us
+inside a training loop on a mini-batch of small graphs), 6 us a layer and call on
+average every 8th, 1.5 every 32nd; a stream that turns sparse is converted from the
+next recount on either way (the dense path is exact)."""
 
 _NUMBA_DTYPES = (torch.float32, torch.float64)
 
