@@ -337,28 +337,46 @@ def plan_gcn(
     """
     front = None
     if type(scheme) is str and type(candidates) is tuple:
-        # (the dataclasses among the arguments hash in Python, ~2 us per lookup of the
-        # memos below; this key holds plain values and their identities only)
-        front = (n, q, m, k, input_grad, training, scheme, id(machine), id(candidates), x_nnz, reuse, reuse_extra_memory, approximate, rows)
-        hit = _FRONT.get(front)
+        front = (n, q, m, k, input_grad, training, scheme, id(machine), id(candidates), x_nnz, reuse, reuse_extra_memory, rows, approximate)
+        hit = _PLANS.get(front)
         if hit is not None and hit[0] is machine and hit[1] is candidates:
             return hit[2]
     args = (n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
     try:
-        plan = _plan_gcn_approximate(*args) if approximate else _plan_gcn_memo(*args)
+        plan = _plan_gcn_approximate(*args) if approximate else _memo(*args)
     except TypeError:  # (an unhashable argument, e.g. a list of candidates: plan without the memo)
         return _plan_gcn(*args)
     if front is not None:
-        if len(_FRONT) >= _FRONT_SIZE:
-            _FRONT.clear()
-        _FRONT[front] = (machine, candidates, plan)  # (holding both: their ids stay theirs)
+        _keep(front, machine, candidates, plan)
     return plan
 
 
-_FRONT: dict = {}
-"""The plans of :func:`plan_gcn` by a key of plain values (the machine and candidate
-set by identity, held in the entry), in front of its memos; cleared when full."""
-_FRONT_SIZE = 4096
+_PLANS: dict = {}
+"""Plans by a key of plain values (the machine and candidate set by identity, held in
+the entry), in front of :func:`_plan_gcn_memo`: the dataclasses among its arguments
+hash in Python, ~3 us per lookup there, paid per layer on every new mini-batch's
+sizes. Cleared when :data:`_PLANS_SIZE` entries are kept."""
+_PLANS_SIZE = 4096
+
+
+def _keep(key: tuple, machine, candidates, plan) -> None:
+    if len(_PLANS) >= _PLANS_SIZE:
+        _PLANS.clear()
+    _PLANS[key] = (machine, candidates, plan)  # (holding both: their ids stay theirs)
+
+
+def _memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows) -> GCNPlan:
+    """:func:`_plan_gcn_memo` through :data:`_PLANS` where its arguments allow (a
+    scheme name, a tuple of candidates)."""
+    if type(scheme) is not str or type(candidates) is not tuple:
+        return _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
+    key = (n, q, m, k, input_grad, training, scheme, id(machine), id(candidates), x_nnz, reuse, reuse_extra_memory, rows, False)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is machine and hit[1] is candidates:
+        return hit[2]
+    plan = _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
+    _keep(key, machine, candidates, plan)
+    return plan
 
 
 PLAN_SIGNIFICANT_BITS = 6
@@ -374,12 +392,11 @@ def rounded_size(v: int | None) -> int | None:
     return (v >> drop) << drop
 
 
-@functools.lru_cache(maxsize=1024)
 def _plan_gcn_approximate(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows) -> GCNPlan:
     at = (rounded_size(n), rounded_size(q), rounded_size(x_nnz))
     if n < 0 or q < 0 or (at == (n, q, x_nnz) and rounded_size(rows) == rows):
-        return _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
-    plan = _plan_gcn_memo(at[0], at[1], m, k, input_grad, training, scheme, machine, candidates, at[2], reuse, reuse_extra_memory, rounded_size(rows))
+        return _memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
+    plan = _memo(at[0], at[1], m, k, input_grad, training, scheme, machine, candidates, at[2], reuse, reuse_extra_memory, rounded_size(rows))
     # NOTE: the rounded plan with the call's sizes, copied field by field:
     # ``dataclasses.replace`` runs the generated ``__init__`` (~3 us), paid by every
     # layer on every new mini-batch (its sizes miss the exact-size memo above).
