@@ -198,7 +198,7 @@ def _edge_softmax_raw(A: SparseFormat, s2: torch.Tensor) -> torch.Tensor:
 
 def _needs_grad(a, b=None, c=None) -> bool:
     """Whether autograd is on and one of the (up to three) operands requires a gradient
-    (a loop without a generator: this runs in every product)."""
+    (no generator: this runs in every product)."""
     if not torch.is_grad_enabled():
         return False
     return (a is not None and a.requires_grad) or (b is not None and b.requires_grad) or (c is not None and c.requires_grad)
