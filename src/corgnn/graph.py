@@ -530,7 +530,7 @@ class Graph:
         return mask
 
     def _rented(self, key, columns: int, make) -> tuple[SparseFormat, bool] | None:
-        """``(edge list, final)`` of matrix ``key`` (``make() -> (A, mask)``, kept) while
+        """``(edge list, final)`` of matrix ``key`` (``make() -> A``, kept) while
         renting it pays, else None (build ``key``): each product adds its rent
         (:func:`corgnn.cost.setup.scatter_rent_s`, two products while autograd is on:
         the backward multiplies by ``A^T``) until the rent paid reaches the build's
@@ -541,8 +541,8 @@ class Graph:
         ekey = ("edges",) + key
         rented = self._cache.get(ekey)
         if rented is None:
-            A, mask = make()
-            rented = self._cache[ekey] = [A, mask, 0.0, build_s(A.nnz)]  # (matrix, diagonal mask, rent paid, price)
+            A = make()
+            rented = self._cache[ekey] = [A, None, 0.0, build_s(A.nnz)]  # (matrix, diagonal mask once asked for, rent paid, price)
             self.last_setup = BuildPlan(False, 0.0, rented[3])
         rent = scatter_rent_s(rented[0].nnz, columns, torch.get_num_threads(), 2 if torch.is_grad_enabled() else 1)
         if rent:  # (zero where the scatter is the faster: nothing to count, the common case of small graphs)
@@ -555,11 +555,11 @@ class Graph:
         return rented[0], not rent
 
     def _edge_list(self, aggr: str, dtype: torch.dtype, ew: torch.Tensor | None, diagonal: bool, c: float):
-        """``(A, None)``: :meth:`aggr_adjacency`'s matrix as an unsorted COO of the
-        edges in their order (rows = targets: views of ``edge_index``), with
-        ``diagonal`` one entry ``(i, i)`` per node after them, valued ``c``; values
-        None for an all-ones matrix. (The second slot is the diagonal mask's, 1 at the
-        appended entries, made when first asked for: :meth:`diagonal_mask`.)"""
+        """:meth:`aggr_adjacency`'s matrix as an unsorted COO of the edges in their order
+        (rows = targets: views of ``edge_index``), with ``diagonal`` one entry ``(i, i)``
+        per node after them, valued ``c``; values None for an all-ones matrix. (Its
+        diagonal mask, 1 at the appended entries, is made when first asked for:
+        :meth:`diagonal_mask`.)"""
         ei, n, q = self._edges(), self.num_nodes, self.num_edges
         w = None if aggr == "sum" and ew is None else aggr_edge_weights(ei, ew, n, aggr, dtype)
         row, col = ei[1], ei[0]
@@ -568,7 +568,7 @@ class Graph:
             row, col = torch.cat([row, loops]), torch.cat([col, loops])
             if w is not None or c != 1.0:
                 w = torch.cat([torch.ones(q, dtype=dtype, device=ei.device) if w is None else w, torch.full((n,), c, dtype=dtype, device=ei.device)])
-        return COO(row, col, w, (n, n), check=False), None
+        return COO(row, col, w, (n, n), check=False)
 
     # ---------------------------------------------------------- GAT adjacency
     def gat_adjacency(self, *, add_self_loops: bool = True, format: str = "csr") -> SparseFormat:

@@ -335,20 +335,11 @@ def plan_gcn(
     Raises:
         ValueError: negative sizes or an unknown scheme name.
     """
-    front = None
-    if type(scheme) is str and type(candidates) is tuple:
-        front = (n, q, m, k, input_grad, training, scheme, id(machine), id(candidates), x_nnz, reuse, reuse_extra_memory, rows, approximate)
-        hit = _PLANS.get(front)
-        if hit is not None and hit[0] is machine and hit[1] is candidates:
-            return hit[2]
     args = (n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
     try:
-        plan = _plan_gcn_approximate(*args) if approximate else _memo(*args)
+        return _memo(*args, approximate=approximate)
     except TypeError:  # (an unhashable argument, e.g. a list of candidates: plan without the memo)
         return _plan_gcn(*args)
-    if front is not None:
-        _keep(front, machine, candidates, plan)
-    return plan
 
 
 _PLANS: dict = {}
@@ -359,23 +350,22 @@ sizes. Cleared when :data:`_PLANS_SIZE` entries are kept."""
 _PLANS_SIZE = 4096
 
 
-def _keep(key: tuple, machine, candidates, plan) -> None:
-    if len(_PLANS) >= _PLANS_SIZE:
-        _PLANS.clear()
-    _PLANS[key] = (machine, candidates, plan)  # (holding both: their ids stay theirs)
-
-
-def _memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows) -> GCNPlan:
-    """:func:`_plan_gcn_memo` through :data:`_PLANS` where its arguments allow (a
+def _memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows, approximate=False) -> GCNPlan:
+    """The plan of these arguments (``approximate``: :func:`_plan_gcn_approximate`'s,
+    else :func:`_plan_gcn_memo`'s), through :data:`_PLANS` where they allow it (a
     scheme name, a tuple of candidates)."""
-    if type(scheme) is not str or type(candidates) is not tuple:
-        return _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
-    key = (n, q, m, k, input_grad, training, scheme, id(machine), id(candidates), x_nnz, reuse, reuse_extra_memory, rows, False)
-    hit = _PLANS.get(key)
-    if hit is not None and hit[0] is machine and hit[1] is candidates:
-        return hit[2]
-    plan = _plan_gcn_memo(n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
-    _keep(key, machine, candidates, plan)
+    plain = type(scheme) is str and type(candidates) is tuple
+    if plain:
+        key = (n, q, m, k, input_grad, training, scheme, id(machine), id(candidates), x_nnz, reuse, reuse_extra_memory, rows, approximate)
+        hit = _PLANS.get(key)
+        if hit is not None and hit[0] is machine and hit[1] is candidates:
+            return hit[2]
+    args = (n, q, m, k, input_grad, training, scheme, machine, candidates, x_nnz, reuse, reuse_extra_memory, rows)
+    plan = _plan_gcn_approximate(*args) if approximate else _plan_gcn_memo(*args)
+    if plain:
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()
+        _PLANS[key] = (machine, candidates, plan)  # (holding both: their ids stay theirs)
     return plan
 
 
