@@ -500,13 +500,21 @@ def assert_same_step(ref, ours, b: Batch) -> None:
 
 @pytest.mark.parametrize("model_cls", [GCNPool, GINPool])
 @pytest.mark.parametrize("width", [6, 600])
-def test_small_products_run_the_cached_scheme_composed_and_large_ones_the_function(model_cls, width, monkeypatch):
-    """Below ROWS_MIN_MACS a tie (m = k) goes to propagate-first+split+cache, which the
-    layer runs as spmm + torch's own linear (GCNFunction never runs); at 600 channels
-    the same layers run GCNFunction. Outputs and every gradient (GIN's trained eps
-    included) equal PyG's either way."""
+@pytest.mark.parametrize("built", [False, True])
+def test_the_cached_scheme_runs_composed_unless_a_large_backward_could_skip_rows(model_cls, width, built, monkeypatch):
+    """A tie (m = k) goes to propagate-first+split+cache, which the layer runs as
+    spmm + torch's own linear (GCNFunction never runs), except in a call that records
+    a backward on a built CSR for a product of at least ROWS_MIN_MACS (GCNFunction's
+    backward may skip the output gradient's all-zero rows there): then GCNFunction.
+    ``built``: a rent that buys the CSR at the first product; else GIN's products run
+    on the batch's edge list (GCN's matrix is always built). Evaluation (no grad)
+    composes at every size. Outputs and every gradient (GIN's trained eps included)
+    equal PyG's either way."""
     from corgnn.functional import gcn as functional_gcn
 
+    corgnn.clear_caches()  # (the same batch's graph from another case would come back by its contents)
+    if built:
+        monkeypatch.setattr(corgnn.graph, "scatter_rent_s", lambda nnz, columns, threads, products=1: 1e9)
     torch.manual_seed(0)
     ref = model_cls(m=width, h=width).double()
     ours = corgnn.optimize(copy.deepcopy(ref))
@@ -516,11 +524,16 @@ def test_small_products_run_the_cached_scheme_composed_and_large_ones_the_functi
     b = small_graph_batch(5, seed=3, m=width)
     assert_same_step(ref, ours, b)
     schemes = [conv.last_plan.scheme for conv in ours.convs]
-    if width == 6:
-        assert schemes == [functional_gcn.COMPOSED_SCHEME] * len(schemes) and calls == []
-    else:
+    if width == 600 and (built or model_cls is GCNPool):
         assert b.num_nodes * width * width >= functional_gcn.ROWS_MIN_MACS
         assert len(calls) == len(schemes) and calls == schemes
+    else:
+        assert schemes == [functional_gcn.COMPOSED_SCHEME] * len(schemes) and calls == []
+    calls.clear()
+    with torch.no_grad():
+        out, expected = ours(b.x, b.edge_index, b.batch), ref(b.x, b.edge_index, b.batch)
+    assert calls == [] and [conv.last_plan.scheme for conv in ours.convs] == [functional_gcn.COMPOSED_SCHEME] * len(schemes)
+    torch.testing.assert_close(out, expected)
 
 
 # --------------------------------------------------- explain masks, edge weights

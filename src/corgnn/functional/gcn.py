@@ -29,7 +29,7 @@ from ..graph import gcn_edge_weights
 from ..sparse.formats import CSR, SparseFormat
 from ..sparse.ops import sddmm, spmm
 
-__all__ = ["GCNFunction", "gcn_conv", "COMPOSED_SCHEME", "runs_composed", "composed_first", "small_product", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform", "RowsLinear", "gradient_rows", "head_product", "ROWS_MIN_MACS", "SPMM_MAC_COST"]
+__all__ = ["GCNFunction", "gcn_conv", "COMPOSED_SCHEME", "runs_composed", "composed_first", "composes", "row_tails", "small_product", "gcn_edge_weights", "gcn_values", "entry_values", "feature_transform", "RowsLinear", "gradient_rows", "head_product", "ROWS_MIN_MACS", "SPMM_MAC_COST"]
 
 ROWS_MIN_MACS = 1 << 22
 """Least multiply-adds of a weight gradient ``G^T F`` ``(n, k) x (n, m)`` for which the
@@ -50,12 +50,11 @@ for ``dW = G^T (A'X)`` and gives ``dX = A'^T (G W)``, the same products as
 :class:`GCNFunction` under this scheme."""
 
 
-def runs_composed(scheme: GCNScheme, x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None) -> bool:
+def runs_composed(scheme: GCNScheme, x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None, tails: bool = True) -> bool:
     """Whether a layer runs ``scheme`` as :data:`COMPOSED_SCHEME`'s composition
     instead of :class:`GCNFunction`: that scheme, on dense CPU ``x (n, m)`` (no
-    sparse ``xs``), for a product ``x weight^T`` (``weight (k, m)``) shorter than
-    :data:`ROWS_MIN_MACS` multiply-adds (where :class:`GCNFunction`'s backward would
-    not look for the gradient's all-zero tail either), outside ``torch.compile``.
+    sparse ``xs``), outside ``torch.compile``, where :func:`composes` (``tails``:
+    see there) for a product ``x weight^T`` (``weight (k, m)``).
 
     NOTE (issue 21, measured 2026-11-28 on the 2-core VM, 5-layer GIN with a 2-layer
     MLP on mini-batches of 32 small graphs, ~780 nodes, 64 channels, the old and new
@@ -68,22 +67,49 @@ def runs_composed(scheme: GCNScheme, x: torch.Tensor | None, weight: torch.Tenso
     # that needs this choice: two attribute reads instead of a dataclass comparison)
     return (
         scheme.cache and not scheme.reuse and xs is None and x is not None and x.device.type == "cpu"
-        and small_product(x.size(0), x.size(1), weight.size(0)) and not torch.compiler.is_compiling()
+        and composes(x.size(0), x.size(1), weight.size(0), tails) and not torch.compiler.is_compiling()
     )
 
 
 def small_product(n: int, m: int, k: int) -> bool:
     """Whether an ``(n, m) x (m, k)`` product is shorter than :data:`ROWS_MIN_MACS`
-    multiply-adds: the size rule of :func:`runs_composed` and :func:`composed_first`."""
+    multiply-adds (where :class:`GCNFunction`'s backward does not look for the
+    gradient's all-zero tail: :func:`gradient_rows`)."""
     return n * m * k < ROWS_MIN_MACS
 
 
-def composed_first(candidates: tuple[GCNScheme, ...], n: int, m: int, k: int) -> tuple[GCNScheme, ...]:
+def composes(n: int, m: int, k: int, tails: bool = True) -> bool:
+    """Whether a layer runs :data:`COMPOSED_SCHEME` on an ``(n, m) x (m, k)`` product
+    as torch's composition ``linear(spmm(A', X), W, b)`` (:func:`runs_composed`) and
+    prefers that scheme on a tie (:func:`composed_first`): always, unless ``tails``
+    (the call records a backward and ``A'`` is a CSR: ``GCNFunction``'s backward
+    could then skip the all-zero tail of the output gradient's rows, which torch's
+    linear cannot) and the product is not :func:`small_product`. A call without a
+    backward, or on an edge list (:meth:`corgnn.Graph.aggr_adjacency` hands one out
+    for a graph not built yet, whose backward keeps no row plan), loses nothing.
+
+    NOTE (issue 21, measured 2026-11-29 on the 2-core VM, interleaved in one
+    process): at 128 and 512 small graphs a batch (3,100 / 12,500 nodes, 64
+    channels, 13-55 M multiply-adds a product, above :data:`ROWS_MIN_MACS`) the
+    composition against ``GCNFunction`` on the same tie (m = k, transform-first+fused
+    before): 5-layer GIN evaluation 6.9 % (128) and 2.8 % (512) less time a batch,
+    training on the batches' edge lists 2.3-7.4 % (128) and 1.3 % (512) less; 3-layer
+    GCN evaluation 10 % (128) and 1.4 % (512) less."""
+    return not tails or n * m * k < ROWS_MIN_MACS
+
+
+def row_tails(training: bool, A: SparseFormat) -> bool:
+    """:func:`composes`' ``tails``: whether a call that records a backward
+    (``training``) on matrix ``A`` could use the output gradient's all-zero tail."""
+    return training and type(A) is CSR
+
+
+def composed_first(candidates: tuple[GCNScheme, ...], n: int, m: int, k: int, tails: bool = True) -> tuple[GCNScheme, ...]:
     """``candidates`` with :data:`COMPOSED_SCHEME` first when an ``(n, m) x (m, k)``
-    product would run composed (:func:`runs_composed`'s size rule): a plan's tie
+    product would run composed (:func:`composes`; ``tails`` see there): a plan's tie
     between it and another scheme (equal estimated time, memory and SpMM count, e.g.
     transform-first+fused at ``m = k``) then goes to the composition."""
-    if not small_product(n, m, k):
+    if not composes(n, m, k, tails):
         return candidates
     hit = _COMPOSED_FIRST.get(id(candidates))
     if hit is None or hit[0] is not candidates:  # (one tuple per candidate set: the plan's memo then hits)

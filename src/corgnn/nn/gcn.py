@@ -13,7 +13,7 @@ from .._cache import Uncopied, tensor_state
 from .._validate import check_features
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn, static_scheme_name
 from ..cost.io import choose_format
-from ..functional.gcn import GCNFunction, composed_first, gcn_values, runs_composed
+from ..functional.gcn import GCNFunction, composed_first, gcn_values, row_tails, runs_composed
 from ..graph import Graph, GraphCache, compiled_gcn_adjacency, is_sparse_adjacency
 from ..sparse.formats import SparseFormat
 from ..sparse.ops import spmm
@@ -259,8 +259,8 @@ class GCNConv(CorgnnConv):
         dense = isinstance(x, torch.Tensor)
         x_grad = dense and x.requires_grad
         training = self._backward_will_run(x_grad)
-        # (sparse-only X: transform-first+fused; small dense products: a tie to the composition)
-        candidates = composed_first(GCN_SCHEMES, graph.num_nodes, self.in_channels, self.out_channels) if dense else GCN_SCHEMES[:1]
+        # (sparse-only X: transform-first+fused; dense: a tie to the composition where it composes)
+        candidates = composed_first(GCN_SCHEMES, graph.num_nodes, self.in_channels, self.out_channels, row_tails(training, A)) if dense else GCN_SCHEMES[:1]
         return plan_gcn(
             graph.num_nodes, A.nnz, self.in_channels, self.out_channels, input_grad=training and x_grad,
             training=training, scheme=self.scheme, candidates=candidates, x_nnz=x_nnz,
@@ -310,7 +310,7 @@ class GCNConv(CorgnnConv):
             self._propagation.remember(dense, A)
         else:
             self._propagation.clear()
-        if runs_composed(plan.scheme, dense, weight, xs):  # (A'X, then torch's own linear)
+        if runs_composed(plan.scheme, dense, weight, xs, row_tails(plan.training, A)):  # (A'X, then torch's own linear)
             return torch.nn.functional.linear(spmm(A, dense, values=self._edge_values(graph, A)), weight, bias)
         return GCNFunction.apply(dense, weight, bias, A, plan.scheme, xs, self._edge_values(graph, A))
 

@@ -23,7 +23,7 @@ from torch_geometric.nn.inits import reset
 
 from .._cache import Uncopied
 from ..cost.gcn import GCN_SCHEMES, GCNPlan, parse_scheme, plan_gcn
-from ..functional.gcn import GCNFunction, composed_first, entry_values, runs_composed
+from ..functional.gcn import GCNFunction, composed_first, entry_values, row_tails, runs_composed
 from ..graph import Graph, GraphCache
 from ..sparse.ops import spmm
 from ..sparse.registry import check_format_name
@@ -149,10 +149,10 @@ class GINConv(CorgnnConv):
     (a Parameter with ``train_eps``, else a buffer), outputs and gradients (also
     w.r.t. ``eps``). Without a leading Linear in ``nn`` the aggregation runs first
     as one SpMM with ``A + (1 + eps) I``, then ``nn``. Edge weights of a graph are
-    ignored, as PyG's GINConv ignores them. Under propagate-first+split+cache on
-    small products (:func:`corgnn.functional.gcn.runs_composed`: a mini-batch of small
-    graphs; the plan prefers it on a tie) the aggregation runs first and then ``nn``
-    as is. Otherwise, while the layer runs, ``nn``'s first Linear is swapped for an
+    ignored, as PyG's GINConv ignores them. Under propagate-first+split+cache where
+    it composes (:func:`corgnn.functional.gcn.composes`: small products, calls without
+    a backward, a mini-batch's edge list; the plan prefers it on a tie) the
+    aggregation runs first and then ``nn`` as is. Otherwise, while the layer runs, ``nn``'s first Linear is swapped for an
     identity (its product is computed here), so hooks on that Linear module do not
     run and ``nn`` must not run concurrently elsewhere.
 
@@ -294,7 +294,8 @@ class GINConv(CorgnnConv):
         training = self._backward_will_run(x_grad)
         return plan_gcn(
             A.shape[0], A.nnz, W.size(1), W.size(0), input_grad=training and x_grad, training=training, scheme=self.scheme,
-            candidates=composed_first(GCN_SCHEMES, A.shape[0], W.size(1), W.size(0)) if dense else GCN_SCHEMES[:1], x_nnz=x_nnz, approximate=True,
+            candidates=composed_first(GCN_SCHEMES, A.shape[0], W.size(1), W.size(0), row_tails(training, A)) if dense else GCN_SCHEMES[:1],
+            x_nnz=x_nnz, approximate=True,
         )
 
     def forward(self, x, edge_index, size=None) -> torch.Tensor:
@@ -325,7 +326,7 @@ class GINConv(CorgnnConv):
         W, b = weight_and_bias(lin)
         plan = self._plan(A, W, dense if dense is not None else SparseView(dtype), None if xs is None else xs.nnz)
         state["last_plan"] = plan
-        if runs_composed(plan.scheme, dense, W, xs):  # (A'X, then nn itself, first Linear included)
+        if runs_composed(plan.scheme, dense, W, xs, row_tails(plan.training, A)):  # (A'X, then nn itself, first Linear included)
             return net(spmm(A, dense, values=values))
         h = GCNFunction.apply(dense, W, b, A, plan.scheme, xs, values)
         if slot[0] is None:  # nn is the Linear
