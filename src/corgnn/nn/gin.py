@@ -152,9 +152,10 @@ class GINConv(CorgnnConv):
     ignored, as PyG's GINConv ignores them. Under propagate-first+split+cache where
     it composes (:func:`corgnn.functional.gcn.composes`: small products, calls without
     a backward, a mini-batch's edge list; the plan prefers it on a tie) the
-    aggregation runs first and then ``nn`` as is. Otherwise, while the layer runs, ``nn``'s first Linear is swapped for an
-    identity (its product is computed here), so hooks on that Linear module do not
-    run and ``nn`` must not run concurrently elsewhere.
+    aggregation runs first and then ``nn`` as is. Otherwise, while the layer runs,
+    ``nn``'s first Linear is swapped for an identity (its product is computed here),
+    so hooks on that Linear module do not run and ``nn`` must not run concurrently
+    elsewhere.
 
     Args (PyG's): ``nn`` a module mapping ``(n, in)`` to ``(n, out)``; ``eps``
     initial value (default 0); ``train_eps`` (default False); ``**kwargs`` as
