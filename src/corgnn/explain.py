@@ -34,7 +34,8 @@ def explain_gcn(n: int, q: int, layers: list[tuple], scheme: str = "auto") -> st
     tables = []
     for m, k, input_grad, *rest in layers:
         x_nnz, constant = (list(rest) + [None, False])[:2]
-        # (the candidates in the layers' order: a tie on a small product goes to the composition)
+        # (the candidates in the layers' order, for a training step on the built CSR: a tie on a small
+        # product goes to the composition; without a backward or on an edge list every tie does, composes)
         candidates = GCN_SCHEMES if x_nnz is not None else composed_first(GCN_SCHEMES, n, m, k)
         plan = plan_gcn(n, q, m, k, input_grad, scheme=scheme, x_nnz=x_nnz, reuse=constant, candidates=candidates)
         table = plan.table()
