@@ -536,6 +536,63 @@ def test_the_cached_scheme_runs_composed_unless_a_large_backward_could_skip_rows
     torch.testing.assert_close(out, expected)
 
 
+class AggregatePool(torch.nn.Module):
+    """Two SAGE / GraphConv layers (PyG's) and mean pooling, as a graph classifier."""
+
+    def __init__(self, kind: str, m=8, h=8):
+        super().__init__()
+        import torch_geometric.nn as pyg
+
+        make = {"sage-mean": pyg.SAGEConv, "sage-sum": lambda i, o: pyg.SAGEConv(i, o, aggr="sum"), "graphconv": pyg.GraphConv}[kind]
+        self.convs = torch.nn.ModuleList([make(m, h), make(h, h)])
+        self.lin = torch.nn.Linear(h, 2)
+
+    def forward(self, x, edge_index, batch):
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+        return self.lin(global_mean_pool(x, batch))
+
+
+@pytest.mark.parametrize("kind", ["sage-mean", "sage-sum", "graphconv"])
+def test_sage_and_graphconv_scatter_a_batch_edge_list_composed_and_build_a_sampled_csr(kind, monkeypatch):
+    """On a mini-batch of small graphs (most nodes targets) SAGE and GraphConv multiply
+    by the batch's edge list (the graph's rent-or-buy state is recorded, no CSR built)
+    and run the aggregated term as spmm + torch's own linear (GCNFunction never runs),
+    training and evaluation; on a sampled layout (edges into the first 8 of 40 nodes)
+    the CSR is built and the term runs on its rows with entries. Outputs and every
+    gradient equal PyG's."""
+    from corgnn.functional import gcn as functional_gcn
+
+    corgnn.clear_caches()
+    torch.manual_seed(0)
+    ref = AggregatePool(kind).double()
+    ours = corgnn.optimize(copy.deepcopy(ref))
+    calls = []
+    real = functional_gcn.GCNFunction.apply
+    monkeypatch.setattr(functional_gcn.GCNFunction, "apply", lambda *a: calls.append(a[4]) or real(*a))
+    b = small_graph_batch(6, seed=4)
+    graph = shared_graph(b.edge_index, None, b.num_nodes)
+    assert graph.target_bound() > 0.5 * b.num_nodes
+    assert_same_step(ref, ours, b)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(b.x, b.edge_index, b.batch), ref(b.x, b.edge_index, b.batch))
+    assert calls == [] and graph.last_setup is not None and not graph.last_setup.build
+    assert all(conv.last_plan.scheme == functional_gcn.COMPOSED_SCHEME and conv.last_plan.rows is None for conv in ours.convs)
+    ei, n = leaves_graph()
+    assert shared_graph(ei, None, n).target_bound() == 8
+    x = torch.randn(n, 8, dtype=F64, requires_grad=True)
+    outs = [conv(x, ei) for conv in (ref.convs[0], ours.convs[0])]
+    torch.testing.assert_close(outs[1], outs[0])
+    assert len(calls) == 1 and ours.convs[0].last_plan.rows == int(torch.unique(ei[1]).numel())
+    grads = [torch.autograd.grad(out.square().sum(), x)[0] for out in outs]
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_target_bound_is_one_past_the_largest_target():
+    assert corgnn.Graph(torch.tensor([[0, 3, 1], [2, 0, 5]]), num_nodes=9).target_bound() == 6
+    assert corgnn.Graph(torch.zeros(2, 0, dtype=torch.long), num_nodes=4).target_bound() == 0
+
+
 # --------------------------------------------------- explain masks, edge weights
 
 

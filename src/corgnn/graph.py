@@ -225,6 +225,18 @@ class Graph:
             )
         return self.edge_index
 
+    def target_bound(self) -> int:
+        """``1 +`` the largest target id of the edges (0 without edges): no row of an
+        aggregation matrix past it holds an entry. A neighbour-sampled subgraph in
+        NeighborLoader's layout (targets numbered first, the last hop's nodes after
+        them) has a bound well below its node count; a mini-batch of small graphs, its
+        node count. One reduction over the targets, cached."""
+        bound = self._cache.get("target-bound")
+        if bound is None:
+            targets = self._edges()[1]
+            bound = self._cache["target-bound"] = int(targets.max()) + 1 if targets.numel() else 0
+        return bound
+
     def unweighted(self) -> "Graph":
         """The same edges without weights (``self`` when there are none), built once:
         the sparsity patterns and entry positions of the matrices depend on the edges
