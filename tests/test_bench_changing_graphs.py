@@ -17,7 +17,7 @@ from corgnn.bench.harness import Settings
 from corgnn.bench.spec import CellSpec
 from corgnn.cli import main
 
-CASES = {"gcn-pool", "gin-pool", "gcn-pool-eval", "gin-pool-eval", "gcn-sampled", "sage-sampled", "gcn-infer", "gcn-explain", "first-call"}
+CASES = {"gcn-pool", "gin-pool", "sage-pool", "gcn-pool-eval", "gin-pool-eval", "sage-pool-eval", "gcn-sampled", "sage-sampled", "gcn-infer", "gcn-explain", "first-call"}
 
 
 def test_quick_grid_at_tiny_size(tmp_path):
@@ -158,3 +158,19 @@ def test_no_aggregation_bound_is_the_model_without_message_passing(model):
         assert not torch.allclose(bound(x, ei, batch), m(x, ei, batch))
     with pytest.raises(TypeError, match="convs"):
         without_aggregation(torch.nn.Linear(2, 2))
+
+
+def test_no_aggregation_bound_of_sage_aggregates_each_node_itself():
+    """SAGE's bound runs ``lin_l(x) + lin_r(x)``: the model on a graph of self-loops
+    only (the mean over a node's one in-edge is its own features), not on the batch's."""
+    from corgnn.bench.workloads import without_aggregation
+
+    w = cg.workload(CellSpec("sage-pool", "pyg", 8, batch=3), _Run())
+    torch.manual_seed(0)
+    m = w.build()
+    bound = without_aggregation(m)
+    x, ei, batch, _ = w.inputs(1, 0)[0]
+    loops = torch.arange(x.size(0)).expand(2, -1)
+    with torch.no_grad():
+        torch.testing.assert_close(bound(x, ei, batch), m(x, loops, batch))
+        assert not torch.allclose(bound(x, ei, batch), m(x, ei, batch))

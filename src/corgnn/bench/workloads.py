@@ -25,7 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-__all__ = ["random_molecules", "PoolGCN", "PoolGIN", "TransformOnly", "without_aggregation", "NodeGCN", "NodeSAGE", "first_call", "first_call_script", "MOLECULE_FEATURES"]
+__all__ = ["random_molecules", "PoolConvs", "PoolGCN", "PoolSAGE", "PoolGIN", "TransformOnly", "without_aggregation", "NodeGCN", "NodeSAGE", "first_call", "first_call_script", "MOLECULE_FEATURES"]
 
 MOLECULE_FEATURES = 16
 """Node feature width of :func:`random_molecules`."""
@@ -58,15 +58,19 @@ def random_molecules(count: int, seed: int = 0, *, min_nodes: int = 15, max_node
     return out
 
 
-class PoolGCN(torch.nn.Module):
-    """``layers`` x (``GCNConv`` + ReLU), ``global_mean_pool``, ``Linear``; forward
-    ``(x (N, m), edge_index (2, E), batch (N,)) -> (graphs, out)``."""
+class PoolConvs(torch.nn.Module):
+    """``layers`` x (PyG's ``conv`` layer (a class name of ``torch_geometric.nn``,
+    ``conv(d, hidden)``) + ReLU), ``global_mean_pool``, ``Linear``; forward ``(x (N, m),
+    edge_index (2, E), batch (N,)) -> (graphs, out)``."""
+
+    conv = "GCNConv"
 
     def __init__(self, in_channels: int, hidden: int, out: int, layers: int = 3):
-        from torch_geometric.nn import GCNConv
+        import torch_geometric.nn as pyg
 
         super().__init__()
-        self.convs = torch.nn.ModuleList([GCNConv(in_channels if i == 0 else hidden, hidden) for i in range(layers)])
+        make = getattr(pyg, self.conv)
+        self.convs = torch.nn.ModuleList([make(in_channels if i == 0 else hidden, hidden) for i in range(layers)])
         self.lin = torch.nn.Linear(hidden, out)
 
     def forward(self, x, edge_index, batch):
@@ -75,6 +79,16 @@ class PoolGCN(torch.nn.Module):
         for conv in self.convs:
             x = conv(x, edge_index).relu()
         return self.lin(global_mean_pool(x, batch))
+
+
+class PoolGCN(PoolConvs):
+    """:class:`PoolConvs` of ``GCNConv``."""
+
+
+class PoolSAGE(PoolConvs):
+    """:class:`PoolConvs` of ``SAGEConv`` (mean aggregation)."""
+
+    conv = "SAGEConv"
 
 
 class PoolGIN(torch.nn.Module):
@@ -103,7 +117,8 @@ class PoolGIN(torch.nn.Module):
 class TransformOnly(torch.nn.Module):
     """A message-passing layer's feature transform without its aggregation:
     ``nn(x)`` of a ``GINConv``, ``lin(x) + bias`` of a ``GCNConv`` (same parameter
-    objects); forward ``(x (n, in), edge_index ignored) -> (n, out)``. What a layer
+    objects; a ``SAGEConv``'s two Linears on ``x``); forward ``(x (n, in), edge_index
+    ignored) -> (n, out)``. What a layer
     would cost if message passing were free: the bound of ``corgnn bench
     changing-graphs`` (:func:`without_aggregation`)."""
 
@@ -115,12 +130,15 @@ class TransformOnly(torch.nn.Module):
         conv = self.conv
         if isinstance(getattr(conv, "nn", None), torch.nn.Module):
             return conv.nn(x)
+        if hasattr(conv, "lin_l"):  # SAGEConv: lin_l(x) in place of lin_l(mean of the neighbours)
+            out = conv.lin_l(x)
+            return out if not conv.root_weight else out + conv.lin_r(x)
         out = conv.lin(x)
         return out if conv.bias is None else out + conv.bias
 
 
 def without_aggregation(model: torch.nn.Module) -> torch.nn.Module:
-    """A deep copy of a :class:`PoolGCN` / :class:`PoolGIN` whose layers are
+    """A deep copy of a :class:`PoolConvs` / :class:`PoolGIN` whose layers are
     :class:`TransformOnly`: the model's time without message passing (its MLPs,
     activations, pooling, loss and optimizer step only), so ``PyG / this`` bounds the
     speed-up any aggregation kernel can give it.
@@ -131,7 +149,7 @@ def without_aggregation(model: torch.nn.Module) -> torch.nn.Module:
     import copy
 
     if not isinstance(getattr(model, "convs", None), torch.nn.ModuleList):
-        raise TypeError(f"model must have a convs ModuleList (PoolGCN, PoolGIN), got {type(model).__name__}")
+        raise TypeError(f"model must have a convs ModuleList (PoolConvs, PoolGIN), got {type(model).__name__}")
     out = copy.deepcopy(model)
     out.convs = torch.nn.ModuleList(TransformOnly(c) for c in out.convs)
     return out

@@ -9,7 +9,8 @@ Cases (``model`` column; the models are in :mod:`corgnn.bench.workloads`):
                    random graphs (15-35 nodes, ``Batch.from_data_list``), training
                    steps (forward, cross entropy, backward, Adam)
 ``gin-pool``       5 x GINConv (2-layer MLP) + global_add_pool, the same batches
-``*-pool-eval``    the same two models in eval mode, ``torch.no_grad()`` forwards on
+``sage-pool``      3 x SAGEConv (mean) + global_mean_pool, the same batches
+``*-pool-eval``    the same three models in eval mode, ``torch.no_grad()`` forwards on
                    the same kind of batches (a test loader's loop)
 ``gcn-sampled``    2-layer GCN on neighbour-sampled subgraphs (``batch`` seed nodes,
                    fanouts :data:`FANOUTS`, :func:`corgnn.sampling.sample_neighbors`
@@ -62,7 +63,7 @@ import torch.nn.functional as F
 from .. import report
 from ..harness import Timing, gc_paused, geomean, track_peak
 from ..spec import CellSpec, ExperimentSpec
-from ..workloads import MOLECULE_FEATURES, NodeGCN, NodeSAGE, PoolGCN, PoolGIN, first_call_script, random_molecules, without_aggregation
+from ..workloads import MOLECULE_FEATURES, NodeGCN, NodeSAGE, PoolGCN, PoolGIN, PoolSAGE, first_call_script, random_molecules, without_aggregation
 from .common import missing_md
 
 __all__ = ["SPEC", "NAME", "VARIANTS", "PAIR", "BOUND", "FANOUTS", "HIDDEN", "workload", "compare", "Workload", "measure"]
@@ -86,7 +87,7 @@ FIRST_CALL_GRAPHS = 128
 _CHECK_ROUND = 1 << 20  # round ids of the check and warm-up inputs (timed rounds count from 0)
 PAIR = VARIANTS[:2]
 """The variants of every case (the bound is measured for the mini-batch cases only)."""
-POOL_MODELS = ("gcn-pool", "gin-pool", "gcn-pool-eval", "gin-pool-eval")
+POOL_MODELS = ("gcn-pool", "gin-pool", "sage-pool", "gcn-pool-eval", "gin-pool-eval", "sage-pool-eval")
 SAMPLED_MODELS = ("gcn-sampled", "sage-sampled")
 CORA_MODELS = ("gcn-infer", "gcn-explain")
 
@@ -158,7 +159,7 @@ class Workload:
 
 
 class PoolBatches(Workload):
-    """``gcn-pool`` / ``gin-pool`` (``*-eval``: no-grad forwards in eval mode):
+    """``gcn-pool`` / ``gin-pool`` / ``sage-pool`` (``*-eval``: no-grad forwards in eval mode):
     mini-batches of ``graphs`` random small graphs."""
 
     def __init__(self, model: str, graphs: int, hidden: int, seed: int, tiny: bool):
@@ -167,7 +168,7 @@ class PoolBatches(Workload):
         self.synthetic, self.m, self.out = True, MOLECULE_FEATURES, 2
 
     def build(self):
-        return (PoolGCN if self.model.startswith("gcn-pool") else PoolGIN)(self.m, self.hidden, self.out)
+        return {"gcn": PoolGCN, "gin": PoolGIN, "sage": PoolSAGE}[self.model.split("-")[0]](self.m, self.hidden, self.out)
 
     @property
     def evaluating(self) -> bool:
@@ -484,6 +485,8 @@ def case_label(r: dict) -> str:
         "gin-pool": f"GIN+add-pool, {r['batch']} graphs",
         "gcn-pool-eval": f"GCN+mean-pool eval, {r['batch']} graphs",
         "gin-pool-eval": f"GIN+add-pool eval, {r['batch']} graphs",
+        "sage-pool": f"SAGE+mean-pool, {r['batch']} graphs",
+        "sage-pool-eval": f"SAGE+mean-pool eval, {r['batch']} graphs",
         "gcn-sampled": f"GCN, {ds} sampled, {r['batch']} seeds",
         "sage-sampled": f"SAGE, {ds} sampled, {r['batch']} seeds",
         "gcn-infer": f"GCN inference, {ds}, fresh edge_index",
