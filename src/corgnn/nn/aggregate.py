@@ -51,6 +51,7 @@ class _AggregateLinear(CorgnnConv):
     _agg = "lin_l"
     _root = "lin_r"
     _weighted = False
+    project = False  # (SAGEConv's option, an instance attribute there: a class default, not Module.__getattr__'s miss per call)
     SUPPORTS_EXPLAIN = True
 
     def _setup(self, in_channels, out_channels, aggr: str, scheme: str, format: str, kwargs: dict) -> None:
@@ -156,7 +157,7 @@ class _AggregateLinear(CorgnnConv):
         if self._weighs(graph):
             check_value_grad(graph)
         src, src_sparse = dense, xs
-        proj = getattr(self, "lin", None) if getattr(self, "project", False) else None
+        proj = self._modules.get("lin") if self.project else None
         if proj is not None:  # PyG's project: relu(lin(x)) is what gets aggregated
             src, src_sparse = torch.relu(feature_transform(dense, proj.weight, xs) + proj.bias), None
         per_call = self._per_call(graph)
