@@ -118,9 +118,8 @@ class TransformOnly(torch.nn.Module):
     """A message-passing layer's feature transform without its aggregation:
     ``nn(x)`` of a ``GINConv``, ``lin(x) + bias`` of a ``GCNConv`` (same parameter
     objects; a ``SAGEConv``'s two Linears on ``x``); forward ``(x (n, in), edge_index
-    ignored) -> (n, out)``. What a layer
-    would cost if message passing were free: the bound of ``corgnn bench
-    changing-graphs`` (:func:`without_aggregation`)."""
+    ignored) -> (n, out)``. What a layer would cost if message passing were free: the
+    bound of ``corgnn bench changing-graphs`` (:func:`without_aggregation`)."""
 
     def __init__(self, conv: torch.nn.Module):
         super().__init__()

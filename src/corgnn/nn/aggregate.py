@@ -92,11 +92,12 @@ class _AggregateLinear(CorgnnConv):
         the targets first), for the products on those rows (:meth:`target_rows`).
 
         NOTE (issue 21, measured 2026-11-29 on the 2-core VM, a 3-layer SAGE / GraphConv
-        with mean pooling on mini-batches of 32 small graphs, 64 channels, PyG's model
-        and the optimized one interleaved in one process): with the built CSR and
-        ``GCNFunction`` per layer SAGE ran 0.88x PyG's speed in training and 0.83x in
-        evaluation, GraphConv 1.03x and 0.74x; with the edge list and the composition
-        (:func:`corgnn.functional.gcn.composes`) see the README's changing-graphs section."""
+        with mean pooling on mini-batches of 32 small graphs, 64 channels, PyG's model,
+        the code before and this one interleaved in one process, two runs): with the
+        built CSR and ``GCNFunction`` per layer SAGE ran 0.89-1.02x PyG's speed in
+        training and 0.78-0.81x in evaluation, GraphConv 0.94-1.00x and 0.72-0.92x;
+        with the edge list and the composition (:func:`corgnn.functional.gcn.composes`)
+        SAGE 1.09-1.12x and 1.17x faster than that, GraphConv 1.11-1.13x and 1.31x.
         if src is None or per_call is not None or graph.target_bound() <= TARGET_ROWS_MAX_FRACTION * graph.num_nodes:
             return None
         return src.size(1)
