@@ -195,6 +195,53 @@ def test_coo_to_csr_and_csc_by_counting_sort_equal_sorting(seed, coalesce):
     assert torch.equal(colptr, torch.searchsorted(c[order], torch.arange(m + 1)))
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_mean_weights_in_one_pass_equal_the_torch_formula_bit_for_bit(seed, dtype, weighted):
+    """``build.mean_weights`` (the mean aggregation's per-edge weights of a mini-batch's
+    edge list, one Numba pass) is :func:`aggr_edge_weights`' ``"mean"``, bit for bit:
+    weights over the target's edge count (duplicates counted), nodes without edges,
+    no edges at all; a Graph's SAGE edge list holds those weights."""
+    g = torch.Generator().manual_seed(seed)
+    n, q = 60, 400
+    ei = torch.randint(0, n - 5, (2, q), generator=g)  # (the last 5 nodes: no edges)
+    ei = torch.cat([ei, ei[:, :30]], 1)  # duplicates
+    ew = torch.rand(ei.size(1), generator=g, dtype=F64) if weighted else None
+    ref = aggr_edge_weights(ei, ew, n, "mean", dtype)
+    out = build.mean_weights(ei[1], ew, n, dtype=dtype)
+    assert out.dtype == dtype and torch.equal(out, ref)
+    assert build.mean_weights(torch.zeros(0, dtype=torch.long), None, n, dtype=dtype).shape == (0,)
+    graph = Graph(ei, ew, n)
+    A = graph.aggr_adjacency("mean", dtype=dtype, weighted=weighted, columns=8)
+    assert type(A).__name__ == "COO" and torch.equal(A.val, ref)
+
+
+def test_feature_transform_adds_in_one_product_on_every_path():
+    """``feature_transform(x, W, xs, add=Y)`` is ``Y + X W^T`` on the dense GEMM (one
+    ``addmm``), the large-product :class:`RowsLinear` and the sparse-feature SpMM paths,
+    with the gradients of ``x``, ``W`` and ``Y``."""
+    from corgnn.functional.gcn import ROWS_MIN_MACS, feature_transform
+    from corgnn.nn.base import dense_to_csr
+
+    g = torch.Generator().manual_seed(3)
+    for n in (40, ROWS_MIN_MACS // (16 * 16) + 1):
+        x = torch.rand(n, 16, generator=g, dtype=F64).requires_grad_()
+        W = torch.rand(16, 16, generator=g, dtype=F64).requires_grad_()
+        Y = torch.rand(n, 16, generator=g, dtype=F64).requires_grad_()
+        out = feature_transform(x, W, None, add=Y)
+        ref = Y + x @ W.t()
+        assert torch.allclose(out, ref)
+        G = torch.rand(n, 16, generator=g, dtype=F64)
+        got = torch.autograd.grad(out, (x, W, Y), G)
+        want = torch.autograd.grad(ref, (x, W, Y), G)
+        assert all(torch.allclose(a, b) for a, b in zip(got, want))
+    xd = (torch.rand(30, 16, generator=g, dtype=F64) > 0.8).to(F64)
+    xs = dense_to_csr(xd)
+    Y = torch.rand(30, 16, generator=g, dtype=F64)
+    assert torch.allclose(feature_transform(None, W.detach(), xs, add=Y), Y + xd @ W.detach().t())
+
+
 @pytest.mark.parametrize("length", [33, 64, 300, 1025])
 def test_long_rows_are_sorted_stably(length):
     """Rows longer than 32 entries take the merge sort (shorter ones insertion sort):
@@ -232,6 +279,13 @@ def test_a_build_too_large_to_allocate_raises_memory_error():
     (lambda: build.adjacency_csr(torch.tensor([[0, 1], [0, 1]]), torch.ones(3), 2, dtype=torch.float32, loops=build.LOOPS_KEEP), ValueError, "edge_weight must have shape"),
     (lambda: build.adjacency_csr(torch.tensor([[0, 1], [0, 1]]), None, 2, dtype=torch.float16, loops=build.LOOPS_KEEP), TypeError, "dtype must be torch.float32"),
     (lambda: build.adjacency_csr(torch.tensor([[0, 1], [0, 1]]), None, 2, dtype=torch.float32, loops=7), ValueError, "loops must be one of"),
+    (lambda: build.mean_weights(torch.tensor([0, 10**6]), None, 2, dtype=torch.float32), ValueError, r"target must lie in \[0, 2\), found 1000000"),
+    (lambda: build.mean_weights(torch.tensor([0, -4]), None, 2, dtype=torch.float32), ValueError, r"target must lie in .* found -4"),
+    (lambda: build.mean_weights(torch.tensor([[0, 1]]), None, 2, dtype=torch.float32), TypeError, "target must be a 1-D integer"),
+    (lambda: build.mean_weights(torch.tensor([0.0, 1.0]), None, 2, dtype=torch.float32), TypeError, "target must be a 1-D integer"),
+    (lambda: build.mean_weights(torch.tensor([0, 1]), torch.ones(3), 2, dtype=torch.float32), ValueError, "edge_weight must have shape"),
+    (lambda: build.mean_weights(torch.tensor([0, 1]), None, -1, dtype=torch.float32), ValueError, "num_nodes must be a non-negative int"),
+    (lambda: build.mean_weights(torch.tensor([0, 1]), None, 2, dtype=torch.float16), TypeError, "dtype must be torch.float32"),
 ])
 def test_the_build_functions_check_their_arguments(call, exc, match):
     """The public builders of :mod:`corgnn.sparse.build` refuse ids outside their range

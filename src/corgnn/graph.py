@@ -573,7 +573,10 @@ class Graph:
         diagonal mask, 1 at the appended entries, is made when first asked for:
         :meth:`diagonal_mask`.)"""
         ei, n, q = self._edges(), self.num_nodes, self.num_edges
-        w = None if aggr == "sum" and ew is None else aggr_edge_weights(ei, ew, n, aggr, dtype)
+        if aggr == "mean" and build.supported(ei.device, dtype):  # (the weights in one pass; ew is a constant here)
+            w = build.mean_weights(ei[1], ew, n, dtype=dtype, check=False)
+        else:
+            w = None if aggr == "sum" and ew is None else aggr_edge_weights(ei, ew, n, aggr, dtype)
         row, col = ei[1], ei[0]
         if diagonal:
             loops = torch.arange(n, device=ei.device)

@@ -168,18 +168,25 @@ def head_product(G: torch.Tensor, weight: torch.Tensor, h: int) -> torch.Tensor:
     return out
 
 
-def feature_transform(x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None) -> torch.Tensor:
-    """``X Θ`` ``(n, k)``: a GEMM, or an SpMM over the non-zeros of sparse ``xs``; under
-    autograd a GEMM of at least :data:`ROWS_MIN_MACS` multiply-adds on CPU is a
-    :class:`RowsLinear` (its backward skips the output gradient's all-zero tail)."""
+def feature_transform(x: torch.Tensor | None, weight: torch.Tensor, xs: SparseFormat | None, add: torch.Tensor | None = None) -> torch.Tensor:
+    """``X Θ`` ``(n, k)`` (``+ add``, an ``(n, k)`` tensor, when given): a GEMM, or an
+    SpMM over the non-zeros of sparse ``xs``; under autograd a GEMM of at least
+    :data:`ROWS_MIN_MACS` multiply-adds on CPU is a :class:`RowsLinear` (its backward
+    skips the output gradient's all-zero tail). A GEMM with ``add`` is one ``addmm``
+    (no second pass over the output: SAGE's and GraphConv's root term, ~5 us a layer
+    on a mini-batch of small graphs)."""
     if xs is not None:
-        return spmm(xs, weight.t())
-    if (
+        out = spmm(xs, weight.t())
+    elif (
         torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad) and x.device.type == "cpu"
         and x.size(0) * x.size(1) * weight.size(0) >= ROWS_MIN_MACS
     ):
-        return RowsLinear.apply(x, weight)
-    return torch.mm(x, weight.t())
+        out = RowsLinear.apply(x, weight)
+    elif add is not None:
+        return torch.addmm(add, x, weight.t())
+    else:
+        return torch.mm(x, weight.t())
+    return out if add is None else add + out
 
 
 class RowsLinear(torch.autograd.Function):

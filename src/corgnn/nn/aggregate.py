@@ -175,7 +175,7 @@ class _AggregateLinear(CorgnnConv):
             else:
                 out = GCNFunction.apply(src, weight, bias, A, plan.scheme, src_sparse, values)
             if root is not None:
-                out = out + feature_transform(dense, parameter(root, "weight"), xs)
+                out = feature_transform(dense, parameter(root, "weight"), xs, add=out)
             return out
         # the aggregated term on the rows with entries (A's entry order: the same values)
         agg = GCNFunction.apply(src, weight, None, A_rows, plan.scheme, src_sparse, values)
