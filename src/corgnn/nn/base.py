@@ -714,8 +714,10 @@ class CorgnnConv(MessagePassing):
             # below only for an error's message (~5 us less a layer and call on a
             # mini-batch of small graphs, where each layer's few microseconds of Python
             # are what corgnn adds to PyG's time; ~5x that in a training loop).
+            # (weight.size(1): the width of the product x W^T, every layer's in_channels;
+            # GINConv's in_channels is a property that finds nn's first Linear again)
             graph = self._graphs(edge_index, edge_weight, x.size(0))
-            if x.size(0) == graph.num_nodes and x.size(1) == self.in_channels and x.dtype is weight.dtype and (
+            if x.size(0) == graph.num_nodes and x.size(1) == weight.size(1) and x.dtype is weight.dtype and (
                 x.dtype is torch.float32 or x.dtype is torch.float64
             ) and x.device == graph.device:
                 return graph, x, None, x.dtype
