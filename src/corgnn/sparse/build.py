@@ -442,14 +442,17 @@ def adjacency_csr(
 @njit(**_JIT)
 def _mean_weights_kernel(target, w, has_w, n, proto):
     q = target.shape[0]
-    count = _filled(n, proto, 0)
+    count = _filled(n, target, 0)  # (counted exactly, then cast: torch's bincount(...).to(dtype))
     for e in range(q):
         count[target[e]] += 1
+    deg = empty_array(n, proto)
+    for i in range(n):
+        deg[i] = count[i]
     out = empty_array(q, proto)
     for e in range(q):
         out[e] = w[e] if has_w else 1.0
     for e in range(q):  # (both in the values' dtype: the quotient rounds as torch's)
-        out[e] /= count[target[e]]
+        out[e] /= deg[target[e]]
     return out
 
 
