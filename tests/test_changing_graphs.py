@@ -217,6 +217,15 @@ def test_mean_weights_in_one_pass_equal_the_torch_formula_bit_for_bit(seed, dtyp
     assert type(A).__name__ == "COO" and torch.equal(A.val, ref)
 
 
+def test_mean_weights_count_in_degrees_past_float32s_integers():
+    """A target with more than 2**24 edges: its count is exact (a float32 counter
+    stops at 2**24), so the weight is torch's ``1 / float32(count)``."""
+    q = 2**24 + 2
+    target = torch.zeros(q, dtype=torch.long)
+    out = build.mean_weights(target, None, 1, dtype=torch.float32)
+    assert out[0].item() == (torch.ones(1) / torch.tensor([float(q)])).item() != 2.0**-24
+
+
 def test_feature_transform_adds_in_one_product_on_every_path():
     """``feature_transform(x, W, xs, add=Y)`` is ``Y + X W^T`` on the dense GEMM (one
     ``addmm``), the large-product :class:`RowsLinear` and the sparse-feature SpMM paths,
