@@ -17,6 +17,9 @@ one serial pass each:
   (``gcn_norm``), fused into the sort.
 - :func:`csr_to_csc`: the CSC dual of a CSR (its ``A^T`` row plan) with the
   permutation back to CSR entry order, by a counting sort on the column.
+- :func:`mean_weights`: the mean aggregation's weight of each edge (``1 / in-degree``
+  of its target, times its weight) in edge order, for a mini-batch's edge list that
+  is not built at all (:meth:`corgnn.Graph.aggr_adjacency`).
 
 NOTE: replaces ``torch.unique`` (sort-based, O(q log q)) and ``argsort`` in graph
 construction. Measured (2-core CPU): building the GCN ``A'`` of a batch of 128
