@@ -161,6 +161,25 @@ def test_an_edge_list_without_rent_is_handed_out_again_and_a_build_ends_it():
     torch.testing.assert_close(spmm(A, x), spmm(C, x))
 
 
+def test_the_handed_out_edge_list_serves_every_width_without_rent_and_no_wider():
+    """The memo keeps an edge list for every product as narrow as the widest free one
+    (``setup.free_columns``: a first layer's 16 columns and the next layer's 64 share
+    it), and a wider product goes through the rent again (it counts rent)."""
+    threads = torch.get_num_threads()
+    q = next(q for q in range(1000, 10**6, 1000) if 8 <= setup.free_columns(q, threads) < 200)
+    free = setup.free_columns(q, threads)
+    assert setup.scatter_rent_s(q, free, threads) == 0 < setup.scatter_rent_s(q, free + 1, threads)
+    assert setup.free_columns(q, threads) <= setup.free_columns(q // 2, threads)  # (fewer entries: wider)
+    assert setup.free_columns(0, threads) == float("inf")
+    ei = torch.randint(0, q // 4, (2, q), generator=torch.Generator().manual_seed(1))
+    g = Graph(ei, None, q // 4)
+    A = g.aggr_adjacency("sum", dtype=F64, columns=1)
+    assert isinstance(A, COO) and g.last_setup.rent_s == 0
+    g.last_setup = None
+    assert g.aggr_adjacency("sum", dtype=F64, columns=free) is A and g.last_setup is None  # (from the memo)
+    assert g.aggr_adjacency("sum", dtype=F64, columns=free + 1) is A and g.last_setup.rent_s > 0  # (rent counted)
+
+
 def test_no_edge_list_without_columns_or_for_another_format():
     ei, n = _graph()
     assert type(Graph(ei, None, n).aggr_adjacency("sum", dtype=F64)).__name__ == "CSR"

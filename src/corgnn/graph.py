@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._cache import ContentCache, SharedCache, Uncopied, tensor_state
 from ._validate import check_edge_index, check_edge_weight, validate_compressed
-from .cost.setup import BuildPlan, build_s, scatter_rent_s
+from .cost.setup import BuildPlan, build_s, free_columns, scatter_rent_s
 from .sparse import build
 from .sparse.formats import COO, CSR, SparseFormat, values_version
 from .sparse.registry import convert
@@ -469,18 +471,22 @@ class Graph:
         # handed-out matrix that no later call can change (a built one, an edge list
         # whose rent is nothing) is kept under the call's arguments, one dict read
         # for the next layers on the same mini-batch instead of the keys and rent below.
-        memo = (aggr, dtype, weighted, diagonal, format, diagonal_value, columns, torch.is_grad_enabled(), torch.get_num_threads())
-        A = self._handouts.get(memo)
-        if A is None:
-            A, final = self._aggr_adjacency(aggr, dtype, weighted, diagonal, format, diagonal_value, columns)
-            if final:
-                self._handouts[memo] = A
+        # Kept with the widest product it serves so (a built matrix: any; an edge list:
+        # up to cost.setup.free_columns), so a first layer on the input features and
+        # the next on the hidden width (16 -> 64 columns) share the entry.
+        memo = (aggr, dtype, weighted, diagonal, format, diagonal_value, columns is None, torch.is_grad_enabled(), torch.get_num_threads())
+        hit = self._handouts.get(memo)
+        if hit is not None and (columns is None or columns <= hit[1]):
+            return hit[0]
+        A, width = self._aggr_adjacency(aggr, dtype, weighted, diagonal, format, diagonal_value, columns)
+        if width is not None:
+            self._handouts[memo] = (A, width)
         return A
 
-    def _aggr_adjacency(self, aggr: str, dtype, weighted: bool, diagonal: bool, format: str, diagonal_value: float, columns: int | None) -> tuple[SparseFormat, bool]:
-        """``(matrix, final)``: :meth:`aggr_adjacency`'s matrix, and whether another
-        call with the same arguments gets the same one (not an edge list still
-        paying rent)."""
+    def _aggr_adjacency(self, aggr: str, dtype, weighted: bool, diagonal: bool, format: str, diagonal_value: float, columns: int | None) -> tuple[SparseFormat, float | None]:
+        """``(matrix, width)``: :meth:`aggr_adjacency`'s matrix, and the widest product
+        for which another call with the same arguments gets the same one (``inf``: a
+        built matrix; None: an edge list still paying rent)."""
         aggr = "sum" if aggr == "add" else aggr
         key = ("aggr", aggr, dtype, bool(weighted and self.edge_weight is not None), bool(diagonal))
         ew = self.edge_weight.detach() if key[-2] else None  # a constant: cached
@@ -505,7 +511,7 @@ class Graph:
                     with torch.no_grad():
                         val = torch.add(base.val, self.diagonal_mask(aggr, dtype=dtype, weighted=weighted), alpha=c)
                     csr = self._cache[vkey] = base.with_values(val)
-            return self._format(vkey, csr, format), True
+            return self._format(vkey, csr, format), math.inf
         csr = self._cache.get(key)
         if csr is None:
             if build.supported(self.device, dtype):
@@ -518,7 +524,7 @@ class Graph:
                 if diagonal:
                     ei, w = _with_loops(ei, w, 0.0, n, replace=False)
                 csr = self._cache[key] = CSR.from_coo(ei[1], ei[0], w, (n, n), coalesce=True)
-        return self._format(key, csr, format), True
+        return self._format(key, csr, format), math.inf
 
     def diagonal_mask(self, aggr: str = "sum", *, dtype: torch.dtype = torch.float32, weighted: bool = True, matrix: SparseFormat | None = None) -> torch.Tensor:
         """``(nnz,)`` of ``dtype``: 1 at the diagonal entries of
@@ -541,13 +547,15 @@ class Graph:
             mask = self._cache[key] = (coo.row == coo.col).to(dtype)
         return mask
 
-    def _rented(self, key, columns: int, make) -> tuple[SparseFormat, bool] | None:
-        """``(edge list, final)`` of matrix ``key`` (``make() -> A``, kept) while
+    def _rented(self, key, columns: int, make) -> tuple[SparseFormat, float | None] | None:
+        """``(edge list, width)`` of matrix ``key`` (``make() -> A``, kept) while
         renting it pays, else None (build ``key``): each product adds its rent
         (:func:`corgnn.cost.setup.scatter_rent_s`, two products while autograd is on:
         the backward multiplies by ``A^T``) until the rent paid reaches the build's
         price (:func:`~corgnn.cost.setup.build_s`); ``last_setup`` records the state.
-        ``final``: no rent to count (the same call would get the edge list again)."""
+        ``width``: with no rent to count, the widest product that counts none either
+        (:func:`~corgnn.cost.setup.free_columns`: the same call, or one as narrow, would
+        get the edge list again), else None."""
         if key in self._cache or self.device.type != "cpu":
             return None
         ekey = ("edges",) + key
@@ -564,7 +572,7 @@ class Graph:
                 del self._cache[ekey]
                 self._handouts.clear()  # (an edge list handed out as final is built now: the matrix from now on)
                 return None
-        return rented[0], not rent
+        return rented[0], None if rent else free_columns(rented[0].nnz, torch.get_num_threads())
 
     def _edge_list(self, aggr: str, dtype: torch.dtype, ew: torch.Tensor | None, diagonal: bool, c: float):
         """:meth:`aggr_adjacency`'s matrix as an unsorted COO of the edges in their order

@@ -28,9 +28,10 @@ kernel splits over (``torch.get_num_threads()``).
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
-__all__ = ["BuildPlan", "scatter_s", "rows_s", "build_s", "scatter_rent_s"]
+__all__ = ["BuildPlan", "scatter_s", "rows_s", "build_s", "scatter_rent_s", "free_columns"]
 
 # NOTE (measured 2026-11-29 on the 2-core CI-type VM, min of 9 runs, mini-batches of
 # 32 / 128 / 512 / 2048 molecule graphs, 4k / 17k / 68k / 270k entries with the
@@ -84,6 +85,30 @@ def scatter_rent_s(nnz: int, columns: int, threads: int, products: int = 1) -> f
     if min(nnz, columns, products) < 0 or threads < 1:
         raise ValueError(f"scatter_rent_s: nnz, columns and products must be >= 0 and threads >= 1, got {nnz}, {columns}, {products}, {threads}")
     return products * max(0.0, scatter_s(nnz, columns, threads) - rows_s(nnz, columns, threads))
+
+
+@functools.lru_cache(maxsize=256)
+def free_columns(nnz: int, threads: int) -> float:
+    """The widest product (dense columns) whose scatter over ``nnz`` entries costs no
+    rent (:func:`scatter_rent_s` 0: the scatter is at least as fast as the row kernel;
+    a product of fewer columns costs none either, as the scatter's per-column rate is
+    the higher); ``inf`` when every width is free, -1 when none is. Memoized.
+
+    Raises:
+        ValueError: a negative ``nnz``, or ``threads < 1``.
+    """
+    if nnz < 0 or threads < 1:
+        raise ValueError(f"free_columns: nnz must be >= 0 and threads >= 1, got {nnz}, {threads}")
+    per_column = nnz * (_SCATTER_ENTRY_COLUMN_THREAD_S - _ROWS_ENTRY_COLUMN_THREAD_S) / threads
+    slack = rows_s(nnz, 0, threads) - scatter_s(nnz, 0, threads)
+    if per_column <= 0:
+        return math.inf if slack >= 0 else -1
+    if slack < 0:
+        return -1
+    width = math.floor(slack / per_column)
+    while width >= 0 and scatter_rent_s(nnz, width, threads):  # (the closed form's rounding: what the rent says)
+        width -= 1
+    return width
 
 
 class BuildPlan(NamedTuple):
