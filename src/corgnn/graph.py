@@ -213,7 +213,7 @@ class Graph:
         self.loops = "remaining"  # how PyG adds self-loops to this graph (LOOP_MODES)
         self.sparse_input = None  # (kind, layout) when built from a sparse adjacency
         self._cache: dict = {}
-        self._handouts: dict = {}  # aggr_adjacency's arguments -> its final matrix
+        self._handouts: dict = {}  # aggr_adjacency's arguments -> (its final matrix, the widest product it serves)
         self._unweighted: "Graph | None" = None
         self.last_setup = None  # the latest corgnn.cost.setup.BuildPlan (rent or buy) of an edge list
 
@@ -471,9 +471,9 @@ class Graph:
         # handed-out matrix that no later call can change (a built one, an edge list
         # whose rent is nothing) is kept under the call's arguments, one dict read
         # for the next layers on the same mini-batch instead of the keys and rent below.
-        # Kept with the widest product it serves so (a built matrix: any; an edge list:
-        # up to cost.setup.free_columns), so a first layer on the input features and
-        # the next on the hidden width (16 -> 64 columns) share the entry.
+        # Each entry also holds the widest product it serves (a built matrix: any; an
+        # edge list: up to cost.setup.free_columns), so a first layer on the input
+        # features and the next on the hidden width (16 -> 64 columns) share it.
         memo = (aggr, dtype, weighted, diagonal, format, diagonal_value, columns is None, torch.is_grad_enabled(), torch.get_num_threads())
         hit = self._handouts.get(memo)
         if hit is not None and (columns is None or columns <= hit[1]):
