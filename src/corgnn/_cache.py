@@ -169,10 +169,44 @@ class ContentCache(_ProcessCache):
     ``.data`` or NumPy, changes no stored key.
     At most ``capacity`` entries (the least recently used dropped); values are held
     strongly until dropped or :meth:`clear` (:func:`clear_shared_caches`).
+
+    :meth:`probes` tells a caller whether a lookup can still pay: after ``capacity``
+    misses in a row, only every ``recheck``-th lookup (counting the ones skipped).
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, recheck: int = 8):
         super().__init__(capacity, [])  # (signature, copies, value), most recently used first
+        if recheck < 1:
+            raise ValueError(f"recheck must be >= 1, got {recheck}")
+        self.recheck = recheck
+        self._misses = 0  # lookups in a row that found nothing (skipped ones included)
+
+    def __reduce__(self):  # (never pickled with its entries)
+        return (type(self), (self.capacity, self.recheck))
+
+    def clear(self) -> None:
+        """Drop every entry and the count of misses."""
+        super().clear()
+        self._misses = 0
+
+    def probes(self) -> bool:
+        """Whether to look a new key up (:meth:`get`, then :meth:`put` on a miss), or
+        else to count it as a miss and skip both.
+
+        NOTE (issue 21): in a stream of keys that never come back (the shuffled
+        mini-batches of a training loop), every lookup misses and stores a copy that
+        the next ``capacity`` misses evict unread (the copy, the scan and the
+        insertion: ~20 us a batch inside the loop). Once ``capacity`` misses came in a
+        row, every entry stored before them is gone, so a skipped lookup can only miss
+        a key of the stream itself coming back after more than ``capacity`` others,
+        which least-recently-used eviction would have dropped too; every
+        ``recheck``-th one still looks up and stores, so a stream that starts to
+        repeat is found again (a hit resets the count)."""
+        misses = self._misses
+        if misses < self.capacity or misses % self.recheck == 0:
+            return True
+        self._misses = misses + 1
+        return False
 
     @staticmethod
     def _signature(tensors: tuple, extra: tuple) -> tuple:
@@ -188,7 +222,9 @@ class ContentCache(_ProcessCache):
             for i, (s, copies, value) in enumerate(self._entries):
                 if s == sig and all(c is None or torch.equal(c, t) for c, t in zip(copies, tensors)):
                     self._entries.insert(0, self._entries.pop(i))
+                    self._misses = 0
                     return value
+            self._misses += 1
         return None
 
     def put(self, tensors: tuple, value, extra: tuple = ()):

@@ -98,7 +98,7 @@ class _AggregateLinear(CorgnnConv):
         training and 0.78-0.81x in evaluation, GraphConv 0.94-1.00x and 0.72-0.92x;
         with the edge list and the composition (:func:`corgnn.functional.gcn.composes`)
         SAGE 1.09-1.12x and 1.17x faster than that, GraphConv 1.11-1.13x and 1.31x."""
-        if src is None or per_call is not None or graph.target_bound() <= TARGET_ROWS_MAX_FRACTION * graph.num_nodes:
+        if src is None or per_call is not None or not graph.targets_beyond(TARGET_ROWS_MAX_FRACTION * graph.num_nodes):
             return None
         return src.size(1)
 

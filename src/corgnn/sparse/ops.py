@@ -122,7 +122,17 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
                 return hit[2](B, bias)
             key = None  # (known to take the general path: not bound again)
     own = A.spmm_kernel(val, transpose)
-    if own is not None and not L.can_run(own[0], *own[1], B):  # (the selected backend lacks the format's kernel)
+    if own is not None and key is not None:  # (the format's own kernel bound as the row kernel is: a format picks the same kernel each time)
+        try:
+            launch = L.bind(own[0], *own[1], B)
+        except ValueError:  # (the selected backend lacks the format's kernel, as can_run says: the row plan below)
+            own = None
+        else:
+            A.plans[key] = _kept_launcher(val, launch)
+            if launch is not None:
+                return launch(B, bias)
+            key = None
+    elif own is not None and not L.can_run(own[0], *own[1], B):
         own = None
     if own is None and transpose and _scatter_pays(A, B):
         ptr, idx, perm = A.row_plan(False)
@@ -137,16 +147,11 @@ def _spmm_raw(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, transp
             val_walked = val
         if key is not None:
             launch = L.bind("spmm_rows", ptr, idx, perm, val_walked, B)
-            A.plans[key] = (_NO_VALUES if val is None else weakref.ref(val), values_version(val), launch)
+            A.plans[key] = _kept_launcher(val, launch)
             if launch is not None:
                 return launch(B, bias)
         return L.spmm_rows(ptr, idx, perm, val_walked, B, bias)
     name, args = own
-    if key is not None:  # (the format's own kernel bound as the row kernel is: a format picks the same kernel each time)
-        launch = L.bind(name, *args, B)
-        A.plans[key] = (_NO_VALUES if val is None else weakref.ref(val), values_version(val), launch)
-        if launch is not None:
-            return launch(B, bias)
     out = getattr(L, name)(*args, B)
     return out if bias is None else out.add_(bias)
 
@@ -164,6 +169,12 @@ def _launch_key(A: SparseFormat, B: torch.Tensor, val: torch.Tensor | None, tran
     if B.dim() != 2 or (val is not None and val is not A.val) or torch.compiler.is_compiling():
         return None
     return ("launch", transpose, val is None, B.dtype, torch.get_num_threads(), dispatch_token())
+
+
+def _kept_launcher(val: torch.Tensor | None, launch) -> tuple:
+    """``A.plans``' entry of a bound launcher (None: the general path) for values ``val``
+    (held weakly with their version, checked on a hit: :func:`_spmm_raw`)."""
+    return (_NO_VALUES if val is None else weakref.ref(val), values_version(val), launch)
 
 
 def _NO_VALUES():
