@@ -434,6 +434,53 @@ def test_the_latest_entry_of_the_store_is_checked_like_the_others():
     assert cache.get((c,)) is None
 
 
+def test_the_content_store_stops_looking_up_a_stream_that_never_repeats():
+    """After ``capacity`` misses in a row only every ``recheck``-th key is looked up
+    (the skipped ones counted as misses); a hit, and clear(), start over."""
+    from corgnn._cache import ContentCache
+
+    with pytest.raises(ValueError, match="recheck"):
+        ContentCache(capacity=3, recheck=0)
+    cache = ContentCache(capacity=3, recheck=4)
+    keys = [torch.arange(i + 1) for i in range(20)]
+    looked = []
+    for i, key in enumerate(keys):
+        if cache.probes():
+            looked.append(i)
+            assert cache.get((key,)) is None
+            cache.put((key.clone(),), i)
+    assert looked == [0, 1, 2, 4, 8, 12, 16]
+    assert cache.get((keys[16].clone(),)) == 16  # (the probe's entry)
+    assert [cache.probes() for _ in range(3)] == [True] * 3  # (the hit reset the count)
+    for key in keys[:3]:
+        cache.get((key,))
+    assert not cache.probes()
+    cache.clear()
+    assert cache.probes() and len(cache) == 0
+    assert pickle.loads(pickle.dumps(cache)).recheck == 4
+
+
+def test_graphs_that_come_back_are_found_by_contents_between_new_ones():
+    """PyG's mutag_gin.py pattern: each epoch new shuffled training batches (never
+    seen again) and evaluation batches collated into new tensors of the same
+    contents; the evaluation batches keep their Graphs while a long stream of new
+    graphs builds each on the caller's tensor with no copy kept."""
+    from corgnn.graph import CONTENT_GRAPHS
+
+    corgnn.clear_caches()
+    evaluation = [small_graph_batch(3, seed=100 + i).edge_index for i in range(3)]
+    kept = [shared_graph(ei.clone(), None, None) for ei in evaluation]
+    for epoch in range(6):
+        for i in range(2):
+            shared_graph(small_graph_batch(3, seed=10 * epoch + i).edge_index.clone(), None, None)
+        assert all(shared_graph(ei.clone(), None, None) is g for ei, g in zip(evaluation, kept))
+    corgnn.clear_caches()
+    stream = [small_graph_batch(3, seed=1000 + i).edge_index for i in range(3 * CONTENT_GRAPHS.capacity)]
+    copied = [shared_graph(ei, None, None).edge_index.data_ptr() != ei.data_ptr() for ei in stream]
+    assert all(copied[: CONTENT_GRAPHS.capacity]) and not all(copied[CONTENT_GRAPHS.capacity:])
+    assert sum(copied[CONTENT_GRAPHS.capacity:]) == len(range(CONTENT_GRAPHS.capacity, len(stream), CONTENT_GRAPHS.recheck))
+
+
 def test_the_content_store_compares_shapes_before_contents():
     from corgnn._cache import ContentCache
 
@@ -655,6 +702,23 @@ def test_sage_and_graphconv_scatter_a_batch_edge_list_composed_and_build_a_sampl
 def test_target_bound_is_one_past_the_largest_target():
     assert corgnn.Graph(torch.tensor([[0, 3, 1], [2, 0, 5]]), num_nodes=9).target_bound() == 6
     assert corgnn.Graph(torch.zeros(2, 0, dtype=torch.long), num_nodes=4).target_bound() == 0
+
+
+def test_targets_beyond_reads_the_last_edge_before_reducing():
+    b = small_graph_batch(6, seed=4)
+    g = Graph(b.edge_index, num_nodes=b.num_nodes)
+    assert g.targets_beyond(0.5 * b.num_nodes) and "target-bound" not in g._cache  # (a batch's last edge: in its last graph)
+    ei, n = leaves_graph()  # (targets first, as NeighborLoader: its last edge ends in node 3)
+    g = Graph(ei, num_nodes=n)
+    assert not g.targets_beyond(0.5 * n) and g._cache["target-bound"] == 8
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        n = int(torch.randint(2, 30, (1,), generator=gen))
+        g = Graph(torch.randint(0, n, (2, int(torch.randint(1, 40, (1,), generator=gen))), generator=gen), num_nodes=n)
+        bound = Graph(g.edge_index.clone(), num_nodes=n).target_bound()
+        for limit in (0, bound - 1, bound - 0.5, bound, bound + 0.5, n):
+            assert g.targets_beyond(limit) == (bound > limit), (g.edge_index, limit)
+    assert not Graph(torch.zeros(2, 0, dtype=torch.long), num_nodes=4).targets_beyond(0)
 
 
 # --------------------------------------------------- explain masks, edge weights
