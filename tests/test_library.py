@@ -24,6 +24,15 @@ CPU_BACKENDS = KERNEL_BACKENDS
 
 
 # ------------------------------------------------------------------- dispatch controls
+def automatic_dispatch(monkeypatch) -> None:
+    """No forced backend, also in CI's forced-Triton pass: ``$CORGNN_BACKEND`` unset and
+    dispatch's copy of it (read once per process, maybe by an earlier test) dropped."""
+    from corgnn.sparse import dispatch
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setattr(dispatch, "_ENV_FORCED", [])
+
+
 def test_available_backends_lists_reasons():
     av = available_backends()
     assert av["numba"] is None and av["torch"] is None
@@ -34,7 +43,7 @@ def test_cuda_dispatch_order_and_fallback_with_reason(monkeypatch):
     """CUDA: cuSPARSE for the single-head row-plan SpMM (measured faster than the
     Triton SpMM on an H100, benchmarks/results/gpu-h100-20261127), Triton for every
     other op, the torch gather fallback last."""
-    monkeypatch.delenv(ENV_VAR, raising=False)  # (automatic dispatch, also in CI's forced-Triton pass)
+    automatic_dispatch(monkeypatch)
     from corgnn.sparse import dispatch
     from corgnn.sparse.backends import TritonBackend
 
@@ -58,7 +67,7 @@ def test_cuda_dispatch_order_and_fallback_with_reason(monkeypatch):
 
 
 def test_default_dispatch_and_forcing(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)  # (automatic dispatch, also in CI's forced-Triton pass)
+    automatic_dispatch(monkeypatch)
     case = Case("spmm_rows", "cpu", torch.float32)
     assert select(case).name == "numba"
     with use_backend("torch"):
@@ -440,7 +449,7 @@ def test_spmm_binds_its_row_kernel_once_per_matrix_and_direction(fmt, monkeypatc
         return launch
 
     monkeypatch.setattr(dispatch, "bind", counted)
-    monkeypatch.delenv(ENV_VAR, raising=False)
+    automatic_dispatch(monkeypatch)
     D = dense(A)
     for _ in range(3):
         B = torch.randn(m, 4, generator=g, dtype=F64, requires_grad=True)
